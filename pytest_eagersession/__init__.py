@@ -1,0 +1,27 @@
+"""pytest-eagersession: TensorFlow Java's EagerSession for Python, and a pytest plugin on it.
+
+Importing this package imports neither TensorFlow nor objgraph, and registers no pytest hooks.
+"""
+
+from __future__ import annotations
+
+from pytest_eagersession.errors import (
+    ResourceCleanupWarning,
+    SessionClosedError,
+    TensorFlowMissingError,
+)
+from pytest_eagersession.references import NativeReference
+from pytest_eagersession.session import EagerSession, Options, SessionStats
+from pytest_eagersession.strategies import DevicePlacementPolicy, ResourceCleanupStrategy
+
+__all__ = [
+    "DevicePlacementPolicy",
+    "EagerSession",
+    "NativeReference",
+    "Options",
+    "ResourceCleanupStrategy",
+    "ResourceCleanupWarning",
+    "SessionClosedError",
+    "SessionStats",
+    "TensorFlowMissingError",
+]

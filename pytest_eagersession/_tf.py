@@ -1,0 +1,56 @@
+"""The one place that imports TensorFlow, lazily, with a message that says what to install."""
+
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+
+from pytest_eagersession.errors import TensorFlowMissingError
+
+MINIMUM_VERSION = (2, 16)
+
+_INSTALL_HINT = (
+    "install one TensorFlow distribution, for example "
+    "`pip install 'pytest-eagersession[cpu]'` (tensorflow-cpu) or "
+    "`pip install 'pytest-eagersession[tensorflow]'`"
+)
+
+
+def is_loaded() -> bool:
+    """Whether some code already imported TensorFlow (we never import it just to look)."""
+    return "tensorflow" in sys.modules
+
+
+def tensorflow() -> ModuleType:
+    """Import TensorFlow, or raise ``TensorFlowMissingError`` saying how to install it."""
+    module = sys.modules.get("tensorflow")
+    if module is not None and hasattr(module, "__version__"):
+        return module
+    try:
+        import tensorflow as tf  # noqa: PLC0415
+    except ImportError as error:
+        raise TensorFlowMissingError(
+            f"pytest-eagersession needs TensorFlow {_version_text(MINIMUM_VERSION)} or newer, "
+            f"and `import tensorflow` failed ({error}); {_INSTALL_HINT}"
+        ) from error
+    found = _parse_version(getattr(tf, "__version__", "0"))
+    if found < MINIMUM_VERSION:
+        raise TensorFlowMissingError(
+            f"pytest-eagersession needs TensorFlow {_version_text(MINIMUM_VERSION)} or newer, "
+            f"found {tf.__version__}; {_INSTALL_HINT}"
+        )
+    return tf
+
+
+def _parse_version(text: str) -> tuple[int, int]:
+    parts = []
+    for piece in text.split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    while len(parts) < 2:
+        parts.append(0)
+    return parts[0], parts[1]
+
+
+def _version_text(version: tuple[int, int]) -> str:
+    return ".".join(str(part) for part in version)

@@ -1,0 +1,469 @@
+"""EagerSession: owns TensorFlow resources and deletes them by a cleanup strategy.
+
+A port of TensorFlow Java's ``org.tensorflow.EagerSession``. The module imports neither
+TensorFlow nor pytest; TensorFlow is imported when a session first needs it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import queue
+import threading
+import warnings
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from pytest_eagersession import _tf
+from pytest_eagersession.errors import ResourceCleanupWarning, SessionClosedError
+from pytest_eagersession.references import CallbackReference, NativeReference
+from pytest_eagersession.strategies import DevicePlacementPolicy, ResourceCleanupStrategy
+
+if TYPE_CHECKING:
+    from pytest_eagersession.operations import EagerOperationBuilder
+
+#: How long ``close()`` waits for the background cleaner to stop.
+CLEANER_JOIN_TIMEOUT_S = 5.0
+
+_STOP = object()
+
+
+class GarbageQueue(Protocol):
+    """What a session needs of its garbage queue (``queue.Queue`` and ``SimpleQueue`` fit)."""
+
+    def put(self, item: Any) -> None: ...
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any: ...
+
+
+@dataclass(frozen=True)
+class SessionStats:
+    """Counts a session keeps about the references it owns."""
+
+    registered: int
+    """References registered now, waiting to be deleted."""
+    peak_registered: int
+    """The most references registered at once."""
+    deleted: int
+    """References deleted so far (each one once)."""
+    pending: int
+    """References queued because their referent died, not yet deleted."""
+    cleanup_runs: int
+    """Cleanup passes that deleted something: cleaner wake-ups, safe points, and close."""
+    cleanup_errors: int
+    """``delete()`` calls that raised (each reported as a ``ResourceCleanupWarning``)."""
+
+
+class Options:
+    """Fluent settings for new sessions (Java's ``EagerSession.Options``).
+
+    One ``Options`` can build many sessions; each takes a copy of the settings at ``build()``.
+    """
+
+    def __init__(self) -> None:
+        self._async = False
+        self._device_placement_policy = DevicePlacementPolicy.SILENT
+        self._resource_cleanup_strategy = ResourceCleanupStrategy.IN_BACKGROUND
+        self._config: Any = None
+
+    def async_(self, enabled: bool = True) -> Options:
+        """Run the session's ops with TensorFlow's asynchronous eager execution."""
+        if not isinstance(enabled, bool):
+            raise TypeError(f"async_ takes a bool, not {type(enabled).__name__}")
+        self._async = enabled
+        return self
+
+    def device_placement_policy(self, policy: DevicePlacementPolicy | str) -> Options:
+        """What TensorFlow does with inputs on the wrong device, while the session is active."""
+        self._device_placement_policy = DevicePlacementPolicy.parse(policy)
+        return self
+
+    def resource_cleanup_strategy(self, strategy: ResourceCleanupStrategy | str) -> Options:
+        """When resources whose owners died are deleted (an enum member or its name)."""
+        self._resource_cleanup_strategy = ResourceCleanupStrategy.parse(strategy)
+        return self
+
+    def config(self, config_proto: Any) -> Options:
+        """A ``tf.compat.v1.ConfigProto`` for TensorFlow's context (before its first op only)."""
+        self._config = config_proto
+        return self
+
+    def build(self, garbage_queue: GarbageQueue | None = None) -> EagerSession:
+        """Build a session with these settings.
+
+        ``garbage_queue`` replaces the queue that dying referents fill, so that tests can put
+        references in by hand to stand in for the garbage collector (Java's ``buildForGcTest``).
+        """
+        return EagerSession(self, garbage_queue, _key=_BUILD_KEY)
+
+    def __repr__(self) -> str:
+        return (
+            f"EagerSession.Options(async_={self._async}, "
+            f"device_placement_policy={self._device_placement_policy.name}, "
+            f"resource_cleanup_strategy={self._resource_cleanup_strategy.name}, "
+            f"config={'set' if self._config is not None else None})"
+        )
+
+
+_BUILD_KEY = object()
+_OPEN_SESSIONS: weakref.WeakSet[EagerSession] = weakref.WeakSet()
+
+
+class EagerSession:
+    """An environment for running TensorFlow ops eagerly that owns the resources they make.
+
+    Build one with ``EagerSession.create()`` or ``EagerSession.options()...build()``; close it
+    with ``close()`` or a ``with`` block. Closing deletes every resource still registered.
+    """
+
+    Options: ClassVar[type[Options]] = Options
+
+    _default: ClassVar[EagerSession | None] = None
+    _default_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(
+        self, options: Options, garbage_queue: GarbageQueue | None = None, *, _key: object = None
+    ) -> None:
+        if _key is not _BUILD_KEY:
+            raise TypeError("build sessions with EagerSession.create() or EagerSession.options()")
+        self._strategy = options._resource_cleanup_strategy
+        self._async = options._async
+        self._device_placement_policy = options._device_placement_policy
+        self._config = options._config
+        self._garbage_queue: GarbageQueue = (
+            garbage_queue if garbage_queue is not None else queue.SimpleQueue()
+        )
+        self._registry: dict[int, NativeReference] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._is_default = False
+        self._peak_registered = 0
+        self._deleted = 0
+        self._cleanup_runs = 0
+        self._cleanup_errors = 0
+        self._executor: Any = None
+        if self._config is not None:
+            _apply_config(self._config)
+        if self._async:
+            self._executor = _tf_context().executor_new(enable_async=True)
+        self._cleaner: threading.Thread | None = None
+        if self._strategy is ResourceCleanupStrategy.IN_BACKGROUND:
+            self._cleaner = threading.Thread(
+                target=self._run_cleaner, name=f"eagersession-cleaner-{id(self):x}", daemon=True
+            )
+            self._cleaner.start()
+        _OPEN_SESSIONS.add(self)
+
+    # ----------------------------------------------------------------- construction
+
+    @staticmethod
+    def options() -> Options:
+        """Settings for a new session, to chain and ``build()``."""
+        return Options()
+
+    @staticmethod
+    def create() -> EagerSession:
+        """A session with the default settings (``IN_BACKGROUND`` cleanup)."""
+        return Options().build()
+
+    @classmethod
+    def init_default(cls, options: Options) -> EagerSession:
+        """Build the process-wide default session with ``options``; allowed once, before use."""
+        with cls._default_lock:
+            if cls._default is not None:
+                raise RuntimeError("Default eager session is already initialized")
+            cls._default = cls._build_default(options)
+            return cls._default
+
+    @classmethod
+    def get_default(cls) -> EagerSession:
+        """The process-wide default session, built with default settings on first use."""
+        with cls._default_lock:
+            if cls._default is None:
+                cls._default = cls._build_default(Options())
+            return cls._default
+
+    @classmethod
+    def _build_default(cls, options: Options) -> EagerSession:
+        session = options.build()
+        session._is_default = True
+        return session
+
+    # ----------------------------------------------------------------- properties
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` has run."""
+        return self._closed
+
+    @property
+    def resource_cleanup_strategy(self) -> ResourceCleanupStrategy:
+        """The strategy this session deletes resources by."""
+        return self._strategy
+
+    @property
+    def device_placement_policy(self) -> DevicePlacementPolicy:
+        """The device placement policy applied while the session runs ops."""
+        return self._device_placement_policy
+
+    @property
+    def is_async(self) -> bool:
+        """Whether the session runs its ops asynchronously."""
+        return self._async
+
+    @property
+    def is_default(self) -> bool:
+        """Whether this is the process-wide default session."""
+        return self._is_default
+
+    def stats(self) -> SessionStats:
+        """A snapshot of the session's counts."""
+        with self._lock:
+            return SessionStats(
+                registered=len(self._registry),
+                peak_registered=self._peak_registered,
+                deleted=self._deleted,
+                pending=_queue_size(self._garbage_queue),
+                cleanup_runs=self._cleanup_runs,
+                cleanup_errors=self._cleanup_errors,
+            )
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        default = " default" if self._is_default else ""
+        return f"<EagerSession {self._strategy.name}{default} {state}>"
+
+    # ----------------------------------------------------------------- resources
+
+    def attach(self, referent: object, deleter: Callable[[], object]) -> NativeReference:
+        """Register ``referent``; ``deleter()`` frees its resource once it dies (or at close)."""
+        return CallbackReference(self, referent, deleter)
+
+    def op_builder(self, op_type: str, name: str | None = None) -> EagerOperationBuilder:
+        """A builder for one eager operation of type ``op_type`` (a safe point, as in Java)."""
+        from pytest_eagersession.operations import EagerOperationBuilder  # noqa: PLC0415
+
+        self.safe_point()
+        self._check_open()
+        return EagerOperationBuilder(self, op_type, name)
+
+    def safe_point(self) -> None:
+        """Under ``ON_SAFE_POINTS``, delete now what died since the last safe point."""
+        if self._strategy is ResourceCleanupStrategy.ON_SAFE_POINTS:
+            self._drain()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError()
+
+    def _register(self, reference: NativeReference) -> None:
+        with self._lock:
+            if self._closed:
+                raise SessionClosedError()
+            self._registry[id(reference)] = reference
+            self._peak_registered = max(self._peak_registered, len(self._registry))
+
+    def _unregister(self, reference: NativeReference, *, deleting: bool) -> bool:
+        """Remove ``reference``; True when this call removed it (so the caller may delete it)."""
+        with self._lock:
+            removed = self._registry.pop(id(reference), None) is not None
+            if removed and deleting:
+                self._deleted += 1
+            return removed
+
+    def _delete(self, reference: NativeReference, failures: list[str]) -> bool:
+        """Delete ``reference`` unless someone already did; collect the failure text."""
+        if not self._unregister(reference, deleting=True):
+            return False
+        try:
+            reference.delete()
+        except Exception as error:  # a faulty deleter must not stop the cleanup
+            with self._lock:
+                self._cleanup_errors += 1
+            failures.append(f"{reference!r}.delete() raised {type(error).__name__}: {error}")
+        return True
+
+    def _drain(self) -> None:
+        """Delete what is in the garbage queue now, without waiting."""
+        failures: list[str] = []
+        deleted = 0
+        while True:
+            try:
+                item = self._garbage_queue.get(block=False)
+            except queue.Empty:
+                break
+            if item is not _STOP and self._delete(item, failures):
+                deleted += 1
+        if deleted:
+            with self._lock:
+                self._cleanup_runs += 1
+        _report_failures(failures)
+
+    def _run_cleaner(self) -> None:
+        """The ``IN_BACKGROUND`` thread: delete references as their referents die."""
+        garbage = self._garbage_queue
+        while True:
+            item = garbage.get()
+            if item is _STOP:
+                return
+            failures: list[str] = []
+            if self._delete(item, failures):
+                with self._lock:
+                    self._cleanup_runs += 1
+            # A warning filter set to "error" would raise here; nobody could catch it in this
+            # thread, and the count in stats() already records the failure.
+            with contextlib.suppress(Exception):
+                _report_failures(failures)
+
+    # ----------------------------------------------------------------- TensorFlow scope
+
+    @contextlib.contextmanager
+    def _tf_scope(self) -> Iterator[None]:
+        """Apply the session's execution mode and device policy to the ops run inside."""
+        with contextlib.ExitStack() as stack:
+            if self._executor is not None:
+                stack.enter_context(_tf_context().executor_scope(self._executor))
+            if self._device_placement_policy is not DevicePlacementPolicy.SILENT:
+                stack.enter_context(
+                    _tf_context().device_policy(
+                        _tf_context().placement_policy(self._device_placement_policy)
+                    )
+                )
+            yield
+
+    # ----------------------------------------------------------------- closing
+
+    def close(self) -> None:
+        """Delete every resource still registered and stop the cleaner. A second call is a no-op.
+
+        Raises ``RuntimeError`` for the default session, which lives as long as the process.
+        """
+        if self._is_default:
+            raise RuntimeError("Default eager session cannot be closed")
+        self._close()
+
+    def _close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        _OPEN_SESSIONS.discard(self)
+        self._stop_cleaner()
+        if self._executor is not None:
+            self._executor.wait()
+        with self._lock:
+            remaining = list(self._registry.values())
+        failures: list[str] = []
+        for reference in remaining:
+            self._delete(reference, failures)
+        self._discard_queue()
+        with self._lock:
+            self._cleanup_runs += 1
+        _report_failures(failures)
+
+    def _stop_cleaner(self) -> None:
+        cleaner = self._cleaner
+        if cleaner is None:
+            return
+        self._garbage_queue.put(_STOP)
+        if cleaner is not threading.current_thread():
+            cleaner.join(CLEANER_JOIN_TIMEOUT_S)
+
+    def _discard_queue(self) -> None:
+        while True:
+            try:
+                self._garbage_queue.get(block=False)
+            except queue.Empty:
+                return
+
+    def __enter__(self) -> EagerSession:
+        self._check_open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not self._is_default:
+            self._close()
+
+
+def _queue_size(garbage: GarbageQueue) -> int:
+    size = getattr(garbage, "qsize", None)
+    return int(size()) if callable(size) else 0
+
+
+def _report_failures(failures: list[str]) -> None:
+    for text in failures:
+        warnings.warn(f"{text}; cleanup went on", ResourceCleanupWarning, stacklevel=3)
+
+
+class _ContextAccess:
+    """The few TensorFlow eager-context functions the session uses, imported on first use."""
+
+    def __init__(self) -> None:
+        self._context: Any = None
+
+    def _module(self) -> Any:
+        if self._context is None:
+            _tf.tensorflow()
+            from tensorflow.python.eager import context  # noqa: PLC0415
+
+            self._context = context
+        return self._context
+
+    def executor_new(self, *, enable_async: bool) -> Any:
+        from tensorflow.python.eager import executor  # noqa: PLC0415
+
+        self._module()
+        return executor.new_executor(enable_async)
+
+    def executor_scope(self, executor: Any) -> contextlib.AbstractContextManager[None]:
+        manager: contextlib.AbstractContextManager[None] = self._module().executor_scope(executor)
+        return manager
+
+    def device_policy(self, policy: int) -> contextlib.AbstractContextManager[None]:
+        manager: contextlib.AbstractContextManager[None] = self._module().device_policy(policy)
+        return manager
+
+    def placement_policy(self, policy: DevicePlacementPolicy) -> int:
+        value: int = getattr(self._module(), f"DEVICE_PLACEMENT_{policy.name}")
+        return value
+
+    def context(self) -> Any:
+        return self._module().context()
+
+
+_CONTEXT = _ContextAccess()
+
+
+def _tf_context() -> _ContextAccess:
+    return _CONTEXT
+
+
+def _apply_config(config_proto: Any) -> None:
+    """Give TensorFlow's context a ConfigProto, which it only takes before its first op."""
+    context = _tf_context().context()
+    if getattr(context, "_context_handle", None) is not None:
+        if context.config == config_proto:
+            return
+        raise RuntimeError(
+            "cannot apply the session's config: TensorFlow's eager context is already "
+            "initialized (an op or device query ran in this process), and a ConfigProto only "
+            "takes effect before that; build this session before any TensorFlow op runs, "
+            "or leave config unset"
+        )
+    context._config = config_proto
+
+
+@atexit.register
+def _close_sessions_left_open() -> None:
+    """Close sessions that careless code left open, default included, without raising."""
+    for session in list(_OPEN_SESSIONS):
+        with contextlib.suppress(Exception):
+            session._close()
