@@ -11,7 +11,7 @@ from pytest_eagersession.errors import (
     TensorFlowMissingError,
 )
 from pytest_eagersession.references import NativeReference
-from pytest_eagersession.session import EagerSession, Options, SessionStats
+from pytest_eagersession.session import EagerSession, Options, SessionOptions, SessionStats
 from pytest_eagersession.strategies import DevicePlacementPolicy, ResourceCleanupStrategy
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "ResourceCleanupStrategy",
     "ResourceCleanupWarning",
     "SessionClosedError",
+    "SessionOptions",
     "SessionStats",
     "TensorFlowMissingError",
 ]

@@ -27,19 +27,21 @@ def tensorflow() -> ModuleType:
     if module is not None and hasattr(module, "__version__"):
         return module
     try:
-        import tensorflow as tf  # noqa: PLC0415
+        import tensorflow as tf
+
+        tf_module: ModuleType = tf
     except ImportError as error:
         raise TensorFlowMissingError(
             f"pytest-eagersession needs TensorFlow {_version_text(MINIMUM_VERSION)} or newer, "
             f"and `import tensorflow` failed ({error}); {_INSTALL_HINT}"
         ) from error
-    found = _parse_version(getattr(tf, "__version__", "0"))
+    found = _parse_version(getattr(tf_module, "__version__", "0"))
     if found < MINIMUM_VERSION:
         raise TensorFlowMissingError(
             f"pytest-eagersession needs TensorFlow {_version_text(MINIMUM_VERSION)} or newer, "
-            f"found {tf.__version__}; {_INSTALL_HINT}"
+            f"found {tf_module.__version__}; {_INSTALL_HINT}"
         )
-    return tf
+    return tf_module
 
 
 def _parse_version(text: str) -> tuple[int, int]:

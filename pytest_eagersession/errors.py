@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 class SessionClosedError(RuntimeError):
-    """Raised when a closed session, or something it owned, is used (Java's IllegalStateException)."""
+    """A closed session, or something it owned, was used (Java's IllegalStateException)."""
 
     def __init__(self, message: str = "Eager session has been closed") -> None:
         super().__init__(message)

@@ -17,18 +17,26 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from pytest_eagersession import _tf
+from pytest_eagersession import _tf, survivors
 from pytest_eagersession.errors import ResourceCleanupWarning, SessionClosedError
+from pytest_eagersession.kinds import tensorflow_ready
 from pytest_eagersession.references import CallbackReference, NativeReference
 from pytest_eagersession.strategies import DevicePlacementPolicy, ResourceCleanupStrategy
+from pytest_eagersession.survivors import AllowFilter, AllowPredicate, Survivor
+from pytest_eagersession.tracking import TRACKER, CycleCollector, Ownership, make_op_callback
 
 if TYPE_CHECKING:
     from pytest_eagersession.operations import EagerOperationBuilder
 
 #: How long ``close()`` waits for the background cleaner to stop.
 CLEANER_JOIN_TIMEOUT_S = 5.0
+#: How often the background cleaner of the innermost active session looks at tracked bytes.
+CLEANER_POLL_S = 0.01
+_IDLE_POLL_S = 0.5
 
 _STOP = object()
+_WAKE = object()
+_ACTIVATIONS = threading.local()
 
 
 class GarbageQueue(Protocol):
@@ -55,9 +63,13 @@ class SessionStats:
     """Cleanup passes that deleted something: cleaner wake-ups, safe points, and close."""
     cleanup_errors: int
     """``delete()`` calls that raised (each reported as a ``ResourceCleanupWarning``)."""
+    tracked: int = 0
+    """TensorFlow objects attributed to the session so far (alive or not)."""
+    cycle_collections: int = 0
+    """Collections of cyclic garbage the growth of tracked bytes triggered."""
 
 
-class Options:
+class SessionOptions:
     """Fluent settings for new sessions (Java's ``EagerSession.Options``).
 
     One ``Options`` can build many sessions; each takes a copy of the settings at ``build()``.
@@ -68,25 +80,50 @@ class Options:
         self._device_placement_policy = DevicePlacementPolicy.SILENT
         self._resource_cleanup_strategy = ResourceCleanupStrategy.IN_BACKGROUND
         self._config: Any = None
+        self._track_creation = False
+        self._allow: AllowPredicate | None = None
+        self._destroy_survivors = True
+        self._clear_kernel_cache = False
 
-    def async_(self, enabled: bool = True) -> Options:
+    def clear_kernel_cache(self, enabled: bool = True) -> SessionOptions:
+        """Also clear TensorFlow's kernel cache at close (the next ops pay to rebuild kernels)."""
+        self._clear_kernel_cache = bool(enabled)
+        return self
+
+    def track_creation(self, enabled: bool = True) -> SessionOptions:
+        """Record the op and the user-code line that made each output (costs an op callback)."""
+        self._track_creation = bool(enabled)
+        return self
+
+    def allow(self, allowed: AllowFilter | None) -> SessionOptions:
+        """Survivors to expect: a predicate on a ``Survivor``, a regex searched in its summary,
+        or a list of those. Allowed survivors are reported as such and never destroyed."""
+        self._allow = survivors.check_allow_filter(allowed)
+        return self
+
+    def destroy_survivors(self, enabled: bool = True) -> SessionOptions:
+        """Destroy the resource handles of survivors at close (the default), as Java did."""
+        self._destroy_survivors = bool(enabled)
+        return self
+
+    def async_(self, enabled: bool = True) -> SessionOptions:
         """Run the session's ops with TensorFlow's asynchronous eager execution."""
         if not isinstance(enabled, bool):
             raise TypeError(f"async_ takes a bool, not {type(enabled).__name__}")
         self._async = enabled
         return self
 
-    def device_placement_policy(self, policy: DevicePlacementPolicy | str) -> Options:
+    def device_placement_policy(self, policy: DevicePlacementPolicy | str) -> SessionOptions:
         """What TensorFlow does with inputs on the wrong device, while the session is active."""
         self._device_placement_policy = DevicePlacementPolicy.parse(policy)
         return self
 
-    def resource_cleanup_strategy(self, strategy: ResourceCleanupStrategy | str) -> Options:
+    def resource_cleanup_strategy(self, strategy: ResourceCleanupStrategy | str) -> SessionOptions:
         """When resources whose owners died are deleted (an enum member or its name)."""
         self._resource_cleanup_strategy = ResourceCleanupStrategy.parse(strategy)
         return self
 
-    def config(self, config_proto: Any) -> Options:
+    def config(self, config_proto: Any) -> SessionOptions:
         """A ``tf.compat.v1.ConfigProto`` for TensorFlow's context (before its first op only)."""
         self._config = config_proto
         return self
@@ -104,11 +141,13 @@ class Options:
             f"EagerSession.Options(async_={self._async}, "
             f"device_placement_policy={self._device_placement_policy.name}, "
             f"resource_cleanup_strategy={self._resource_cleanup_strategy.name}, "
-            f"config={'set' if self._config is not None else None})"
+            f"config={'set' if self._config is not None else None}, "
+            f"track_creation={self._track_creation})"
         )
 
 
 _BUILD_KEY = object()
+Options = SessionOptions
 _OPEN_SESSIONS: weakref.WeakSet[EagerSession] = weakref.WeakSet()
 
 
@@ -119,13 +158,17 @@ class EagerSession:
     with ``close()`` or a ``with`` block. Closing deletes every resource still registered.
     """
 
-    Options: ClassVar[type[Options]] = Options
+    Options: ClassVar[type[SessionOptions]] = SessionOptions
 
     _default: ClassVar[EagerSession | None] = None
     _default_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(
-        self, options: Options, garbage_queue: GarbageQueue | None = None, *, _key: object = None
+        self,
+        options: SessionOptions,
+        garbage_queue: GarbageQueue | None = None,
+        *,
+        _key: object = None,
     ) -> None:
         if _key is not _BUILD_KEY:
             raise TypeError("build sessions with EagerSession.create() or EagerSession.options()")
@@ -145,6 +188,14 @@ class EagerSession:
         self._cleanup_runs = 0
         self._cleanup_errors = 0
         self._executor: Any = None
+        self._track_creation = options._track_creation
+        self._allow = options._allow
+        self._destroy_survivors = options._destroy_survivors
+        self._clear_kernel_cache = options._clear_kernel_cache
+        self._ownership = Ownership()
+        self._collector = CycleCollector()
+        self._detached: dict[int, weakref.ref[Any]] = {}
+        self._survivors: tuple[Survivor, ...] | None = None
         if self._config is not None:
             _apply_config(self._config)
         if self._async:
@@ -160,17 +211,17 @@ class EagerSession:
     # ----------------------------------------------------------------- construction
 
     @staticmethod
-    def options() -> Options:
+    def options() -> SessionOptions:
         """Settings for a new session, to chain and ``build()``."""
-        return Options()
+        return SessionOptions()
 
     @staticmethod
     def create() -> EagerSession:
         """A session with the default settings (``IN_BACKGROUND`` cleanup)."""
-        return Options().build()
+        return SessionOptions().build()
 
     @classmethod
-    def init_default(cls, options: Options) -> EagerSession:
+    def init_default(cls, options: SessionOptions) -> EagerSession:
         """Build the process-wide default session with ``options``; allowed once, before use."""
         with cls._default_lock:
             if cls._default is not None:
@@ -183,13 +234,14 @@ class EagerSession:
         """The process-wide default session, built with default settings on first use."""
         with cls._default_lock:
             if cls._default is None:
-                cls._default = cls._build_default(Options())
+                cls._default = cls._build_default(SessionOptions())
             return cls._default
 
     @classmethod
-    def _build_default(cls, options: Options) -> EagerSession:
+    def _build_default(cls, options: SessionOptions) -> EagerSession:
         session = options.build()
         session._is_default = True
+        TRACKER.set_fallback(session)
         return session
 
     # ----------------------------------------------------------------- properties
@@ -229,6 +281,8 @@ class EagerSession:
                 pending=_queue_size(self._garbage_queue),
                 cleanup_runs=self._cleanup_runs,
                 cleanup_errors=self._cleanup_errors,
+                tracked=self._ownership.seq,
+                cycle_collections=self._collector.collections,
             )
 
     def __repr__(self) -> str:
@@ -244,7 +298,7 @@ class EagerSession:
 
     def op_builder(self, op_type: str, name: str | None = None) -> EagerOperationBuilder:
         """A builder for one eager operation of type ``op_type`` (a safe point, as in Java)."""
-        from pytest_eagersession.operations import EagerOperationBuilder  # noqa: PLC0415
+        from pytest_eagersession.operations import EagerOperationBuilder
 
         self.safe_point()
         self._check_open()
@@ -295,7 +349,7 @@ class EagerSession:
                 item = self._garbage_queue.get(block=False)
             except queue.Empty:
                 break
-            if item is not _STOP and self._delete(item, failures):
+            if item is not _STOP and item is not _WAKE and self._delete(item, failures):
                 deleted += 1
         if deleted:
             with self._lock:
@@ -306,9 +360,17 @@ class EagerSession:
         """The ``IN_BACKGROUND`` thread: delete references as their referents die."""
         garbage = self._garbage_queue
         while True:
-            item = garbage.get()
+            innermost = TRACKER.is_innermost(self) and tensorflow_ready()
+            try:
+                item = garbage.get(timeout=CLEANER_POLL_S if innermost else _IDLE_POLL_S)
+            except queue.Empty:
+                if innermost:
+                    self._collect_cycles_if_grown()
+                continue
             if item is _STOP:
                 return
+            if item is _WAKE:
+                continue
             failures: list[str] = []
             if self._delete(item, failures):
                 with self._lock:
@@ -351,17 +413,31 @@ class EagerSession:
                 return
             self._closed = True
         _OPEN_SESSIONS.discard(self)
+        self._deactivate_everywhere()
         self._stop_cleaner()
-        if self._executor is not None:
-            self._executor.wait()
-        with self._lock:
-            remaining = list(self._registry.values())
         failures: list[str] = []
-        for reference in remaining:
-            self._delete(reference, failures)
-        self._discard_queue()
-        with self._lock:
-            self._cleanup_runs += 1
+        try:
+            if self._executor is not None:
+                self._executor.wait()
+            with self._lock:
+                remaining = list(self._registry.values())
+            for reference in remaining:
+                self._delete(reference, failures)
+            self._discard_queue()
+            with self._lock:
+                self._cleanup_runs += 1
+            if tensorflow_ready():
+                survivors.clear_tensorflow_caches(kernels=self._clear_kernel_cache)
+                self._survivors = tuple(self._find_survivors(since=0))
+                if self._destroy_survivors:
+                    survivors.destroy_resources(
+                        survivor for survivor in self._survivors if not survivor.allowed
+                    )
+            else:
+                self._survivors = ()
+        finally:
+            self._ownership.clear()
+            self._detached.clear()
         _report_failures(failures)
 
     def _stop_cleaner(self) -> None:
@@ -379,9 +455,69 @@ class EagerSession:
             except queue.Empty:
                 return
 
-    def __enter__(self) -> EagerSession:
+    # ----------------------------------------------------------------- activation
+
+    def activate(self) -> EagerSession:
+        """Make this the calling thread's active session: it owns what TensorFlow makes now.
+
+        Sessions nest: the innermost active one owns new objects. While active, the session's
+        device policy, async executor and cleanup apply, and TensorFlow's default graph is a
+        fresh one, so that what TensorFlow ties to the default graph dies with the session.
+        """
         self._check_open()
+        stack = contextlib.ExitStack()
+        if tensorflow_ready():
+            stack.enter_context(survivors.fresh_default_graph())
+            stack.enter_context(self._tf_scope())
+            if self._track_creation or self._strategy is ResourceCleanupStrategy.ON_SAFE_POINTS:
+                stack.enter_context(
+                    survivors.op_callback(
+                        make_op_callback(
+                            self,
+                            safe_points=self._strategy is ResourceCleanupStrategy.ON_SAFE_POINTS,
+                            track_creation=self._track_creation,
+                            collector=self._collector,
+                        )
+                    )
+                )
+        TRACKER.push(self)
+        _thread_activations().append((self, stack))
+        if self._cleaner is not None:
+            self._garbage_queue.put(_WAKE)  # poll at the active pace from now on
         return self
+
+    def deactivate(self) -> None:
+        """Undo the matching ``activate()`` of this thread (innermost first)."""
+        activations = _thread_activations()
+        if not activations or activations[-1][0] is not self:
+            raise RuntimeError(
+                f"{self!r} is not the innermost active session of this thread; "
+                "deactivate sessions in the reverse order of activation"
+            )
+        _, stack = activations.pop()
+        try:
+            TRACKER.pop(self)
+        finally:
+            stack.close()
+
+    @property
+    def active(self) -> bool:
+        """Whether the session is active in some thread."""
+        return TRACKER.is_active(self)
+
+    def _deactivate_everywhere(self) -> None:
+        activations = _thread_activations()
+        while any(session is self for session, _ in activations):
+            session, stack = activations.pop()
+            try:
+                TRACKER.pop(session)
+            finally:
+                stack.close()
+        if TRACKER.is_active(self):  # active in another thread: stop owning for it
+            TRACKER.pop(self)
+
+    def __enter__(self) -> EagerSession:
+        return self.activate()
 
     def __exit__(
         self,
@@ -389,8 +525,58 @@ class EagerSession:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._closed:
+            return
+        self.deactivate()
         if not self._is_default:
             self._close()
+
+    # ----------------------------------------------------------------- survivors
+
+    def checkpoint(self) -> int:
+        """A mark for ``survivors(since=...)``: what is created after it is newer."""
+        if TRACKER.is_active(self):
+            TRACKER.discover()
+        return self._ownership.seq
+
+    def survivors(self, since: int = 0) -> tuple[Survivor, ...]:
+        """The tracked objects still alive after cleanup, as plain records.
+
+        Before close it runs the session's cleanup and a garbage collection first; after close
+        it returns what ``close()`` found. ``since`` keeps only objects newer than a checkpoint.
+        """
+        if self._survivors is not None:
+            return tuple(s for s in self._survivors if s.seq > since)
+        if not tensorflow_ready():
+            return ()
+        self._drain()
+        return tuple(self._find_survivors(since))
+
+    def detach(self, obj: object) -> None:
+        """Declare ``obj`` expected to outlive the session: not reported, not destroyed."""
+        self._detached[id(obj)] = weakref.ref(obj)
+
+    def _is_detached(self, obj: object) -> bool:
+        ref = self._detached.get(id(obj))
+        return ref is not None and ref() is obj
+
+    def _find_survivors(self, since: int) -> list[Survivor]:
+        if TRACKER.is_active(self):
+            TRACKER.discover()
+        return survivors.find(self._ownership, since, self._is_detached, self._allow)
+
+    def _collect_cycles_if_grown(self) -> None:
+        if TRACKER.young_tensor_bytes() >= self._collector.threshold:
+            self._collector.collect()
+
+
+def _thread_activations() -> list[tuple[EagerSession, contextlib.ExitStack]]:
+    activations: list[tuple[EagerSession, contextlib.ExitStack]] | None = getattr(
+        _ACTIVATIONS, "stack", None
+    )
+    if activations is None:
+        activations = _ACTIVATIONS.stack = []
+    return activations
 
 
 def _queue_size(garbage: GarbageQueue) -> int:
@@ -412,13 +598,13 @@ class _ContextAccess:
     def _module(self) -> Any:
         if self._context is None:
             _tf.tensorflow()
-            from tensorflow.python.eager import context  # noqa: PLC0415
+            from tensorflow.python.eager import context
 
             self._context = context
         return self._context
 
     def executor_new(self, *, enable_async: bool) -> Any:
-        from tensorflow.python.eager import executor  # noqa: PLC0415
+        from tensorflow.python.eager import executor
 
         self._module()
         return executor.new_executor(enable_async)

@@ -1,4 +1,4 @@
-"""The enums of TensorFlow Java's EagerSession: how resources are cleaned up, how devices are placed."""
+"""The enums of TensorFlow Java's EagerSession: resource cleanup and device placement."""
 
 from __future__ import annotations
 
@@ -33,14 +33,14 @@ class ResourceCleanupStrategy(_ParsableEnum):
     """A daemon thread per session deletes resources as soon as their owners die (default)."""
 
     ON_SAFE_POINTS = "on_safe_points"
-    """No thread: the calling thread deletes them at safe points (each op it builds or runs)."""
+    """No thread: the calling thread deletes them at safe points (each op it builds, runs)."""
 
     ON_SESSION_CLOSE = "on_session_close"
     """Nothing is deleted before the session closes."""
 
     @classmethod
     def parse(cls, text: str | _ParsableEnum) -> ResourceCleanupStrategy:
-        """Return the strategy named ``text`` (any case, ``-`` or ``_``), or raise ``ValueError``."""
+        """The strategy named ``text`` (any case, ``-`` or ``_``); ``ValueError`` otherwise."""
         member = super().parse(text)
         assert isinstance(member, ResourceCleanupStrategy)
         return member
@@ -63,7 +63,7 @@ class DevicePlacementPolicy(_ParsableEnum):
 
     @classmethod
     def parse(cls, text: str | _ParsableEnum) -> DevicePlacementPolicy:
-        """Return the policy named ``text`` (any case, ``-`` or ``_``), or raise ``ValueError``."""
+        """The policy named ``text`` (any case, ``-`` or ``_``); ``ValueError`` otherwise."""
         member = super().parse(text)
         assert isinstance(member, DevicePlacementPolicy)
         return member

@@ -1,0 +1,186 @@
+"""Which Python objects are TensorFlow resources, and how to describe one in plain text."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+TENSOR = "tensor"
+RESOURCE_HANDLE = "resource handle"
+VARIABLE = "variable"
+ITERATOR = "iterator"
+TABLE = "table"
+RESOURCE = "resource"
+FUNCTION = "function"
+
+
+def tensorflow_ready() -> bool:
+    """Whether TensorFlow is fully imported (never import it, never look at it half-imported)."""
+    module = sys.modules.get("tensorflow")
+    return module is not None and hasattr(module, "Variable") and hasattr(module, "__version__")
+
+
+class Classifier:
+    """Maps an object to its kind of TensorFlow resource, or None; one dict lookup per type."""
+
+    def __init__(self) -> None:
+        self._by_type: dict[type, str | None] = {}
+        self._bases: list[tuple[type, str]] | None = None
+
+    def kind(self, obj: object) -> str | None:
+        """The kind of ``obj`` (``TENSOR``, ``VARIABLE``, ...), or None if it is no resource."""
+        cls = type(obj)
+        try:
+            return self._by_type[cls]
+        except KeyError:
+            pass
+        kind = None
+        for base, base_kind in self._tf_bases():
+            if issubclass(cls, base):
+                kind = base_kind
+                break
+        self._by_type[cls] = kind
+        return kind
+
+    def _tf_bases(self) -> list[tuple[type, str]]:
+        if self._bases is None:
+            from tensorflow.python.data.ops.iterator_ops import OwnedIterator
+            from tensorflow.python.eager.polymorphic_function.polymorphic_function import (
+                Function,
+            )
+            from tensorflow.python.framework.ops import EagerTensor
+            from tensorflow.python.ops.lookup_ops import LookupInterface
+            from tensorflow.python.ops.variables import Variable
+            from tensorflow.python.trackable.resource import CapturableResource
+
+            self._bases = [
+                (EagerTensor, TENSOR),
+                (Variable, VARIABLE),
+                (OwnedIterator, ITERATOR),
+                (LookupInterface, TABLE),
+                (CapturableResource, RESOURCE),
+                (Function, FUNCTION),
+            ]
+        return self._bases
+
+
+@dataclass(frozen=True)
+class Description:
+    """What a resource is, as text and numbers only."""
+
+    kind: str
+    type: str
+    dtype: str | None = None
+    shape: str | None = None
+    nbytes: int | None = None
+    device: str | None = None
+    name: str | None = None
+
+    def summary(self) -> str:
+        """One line: ``EagerTensor float32[1024,1024] 4.0 MiB on CPU:0``."""
+        parts = [self.type.rsplit(".", 1)[-1]]
+        if self.name:
+            parts.append(repr(self.name))
+        if self.dtype:
+            parts.append(f"{self.dtype}{self.shape or ''}")
+        if self.nbytes is not None:
+            parts.append(format_bytes(self.nbytes))
+        if self.device:
+            parts.append(f"on {short_device(self.device)}")
+        return " ".join(parts)
+
+
+def describe(obj: Any, kind: str) -> Description:
+    """Describe a live resource; never raises (a broken object gets its type only)."""
+    type_name = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    try:
+        return _describe(obj, kind, type_name)
+    except Exception:
+        return Description(kind=kind, type=type_name)
+
+
+def _describe(obj: Any, kind: str, type_name: str) -> Description:
+    if kind == TENSOR:
+        dtype = obj.dtype
+        if dtype.name == "resource":
+            return Description(RESOURCE_HANDLE, type_name, "resource", None, None, obj.device)
+        return Description(
+            kind,
+            type_name,
+            dtype.name,
+            _shape_text(obj.shape),
+            _nbytes(dtype, obj.shape),
+            obj.device,
+        )
+    if kind == VARIABLE:
+        return Description(
+            kind,
+            type_name,
+            obj.dtype.name,
+            _shape_text(obj.shape),
+            _nbytes(obj.dtype, obj.shape),
+            obj.device,
+            _short_variable_name(obj.name),
+        )
+    if kind == FUNCTION:
+        return Description(kind, type_name, name=getattr(obj, "name", None))
+    handle = owned_handle(obj, kind)
+    return Description(kind, type_name, device=getattr(handle, "device", None))
+
+
+def owned_handle(obj: Any, kind: str) -> Any:
+    """The resource-handle tensor an object owns (a variable's ``handle``), or None."""
+    attribute = {
+        VARIABLE: "handle",
+        ITERATOR: "_iterator_resource",
+        TABLE: "_resource_handle",
+        RESOURCE: "_resource_handle",
+    }.get(kind)
+    if attribute is None:
+        return None
+    try:
+        return getattr(obj, attribute, None)
+    except Exception:
+        return None
+
+
+def _shape_text(shape: Any) -> str:
+    dims = shape.as_list() if shape.rank is not None else None
+    if dims is None:
+        return "[?]"
+    return "[" + ",".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def _nbytes(dtype: Any, shape: Any) -> int | None:
+    elements = shape.num_elements()
+    if elements is None or dtype.name == "string":
+        return None
+    return int(elements) * int(dtype.size)
+
+
+def _short_variable_name(name: str) -> str:
+    return name[:-2] if name.endswith(":0") else name
+
+
+def short_device(device: str) -> str:
+    """``/job:localhost/replica:0/task:0/device:CPU:0`` becomes ``CPU:0``."""
+    return device.rsplit("device:", 1)[-1] if device else device
+
+
+def format_bytes(count: int) -> str:
+    """``4194304`` becomes ``4.0 MiB``."""
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def tensor_nbytes(obj: Any) -> int:
+    """Bytes of an EagerTensor's buffer, 0 when unknown; cheap enough for the hot path."""
+    try:
+        return int(obj._num_elements()) * int(obj.dtype.size)
+    except Exception:
+        return 0
