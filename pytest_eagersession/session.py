@@ -398,19 +398,20 @@ class EagerSession:
 
     # ----------------------------------------------------------------- closing
 
-    def close(self) -> None:
+    def close(self) -> tuple[Survivor, ...]:
         """Delete every resource still registered and stop the cleaner. A second call is a no-op.
 
+        Returns the survivors: tracked objects still alive after the cleanup, as plain records.
         Raises ``RuntimeError`` for the default session, which lives as long as the process.
         """
         if self._is_default:
             raise RuntimeError("Default eager session cannot be closed")
-        self._close()
+        return self._close()
 
-    def _close(self) -> None:
+    def _close(self) -> tuple[Survivor, ...]:
         with self._lock:
             if self._closed:
-                return
+                return self._survivors or ()
             self._closed = True
         _OPEN_SESSIONS.discard(self)
         self._deactivate_everywhere()
@@ -439,6 +440,7 @@ class EagerSession:
             self._ownership.clear()
             self._detached.clear()
         _report_failures(failures)
+        return self._survivors
 
     def _stop_cleaner(self) -> None:
         cleaner = self._cleaner

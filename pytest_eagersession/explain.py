@@ -1,0 +1,190 @@
+"""Who holds a leaked object: the chain of references from a root (a module, a live frame) to it.
+
+The chain is found with objgraph's back-reference search and rendered to one line of text at
+once, for example ``test_x._CACHE (list) -> [0] -> EagerTensor``; nothing keeps the object.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: Module name prefixes whose state counts as "TensorFlow internals".
+TENSORFLOW_MODULES = ("tensorflow", "keras", "tf_keras", "tensorboard")
+
+NO_HOLDER = (
+    "no Python holder found: it is kept alive from native code (a persistent GradientTape, "
+    "a C++ resource) or only by objects Python cannot see"
+)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Who holds a leaked object, as text."""
+
+    chain: str | None
+    """``root (type) -> link -> ... -> Type``, or None when no root was found."""
+    internal: bool = False
+    """The root is TensorFlow's or Keras's own module state."""
+    seconds: float = 0.0
+    """How long the search took."""
+
+    def text(self) -> str:
+        """The line a report shows."""
+        if self.chain is None:
+            return NO_HOLDER
+        if self.internal:
+            return f"held by TensorFlow internals: {self.chain}"
+        return f"held by {self.chain}"
+
+
+def explain(obj: object, *, max_depth: int = 10) -> Explanation:
+    """Find and render the shortest chain from a root to ``obj`` (within ``max_depth`` links)."""
+    import objgraph
+
+    started = time.perf_counter()
+    own_frames = _current_frames()
+
+    def is_root(candidate: object) -> bool:
+        if isinstance(candidate, types.ModuleType):
+            return objgraph.is_proper_module(candidate)  # type: ignore[no-any-return]
+        return isinstance(candidate, types.FrameType) and id(candidate) not in own_frames
+
+    chain: list[Any] = objgraph.find_backref_chain(
+        obj, is_root, max_depth=max_depth, extra_ignore=tuple(own_frames)
+    )
+    try:
+        if not chain or not is_root(chain[0]):
+            return Explanation(None, seconds=time.perf_counter() - started)
+        root = chain[0]
+        internal = isinstance(root, types.ModuleType) and root.__name__.split(".")[0] in (
+            TENSORFLOW_MODULES
+        )
+        return Explanation(render_chain(chain), internal, time.perf_counter() - started)
+    finally:
+        del chain
+
+
+def _current_frames() -> set[int]:
+    frames = set()
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        frames.add(id(frame))
+        frame = frame.f_back
+    return frames
+
+
+def render_chain(chain: Sequence[Any]) -> str:
+    """``[module, dict, list, tensor]`` becomes ``mod._CACHE (list) -> [0] -> EagerTensor``."""
+    parts = [_root_name(chain[0])]
+    index = 1
+    while index < len(chain):
+        parent, child = chain[index - 1], chain[index]
+        if isinstance(child, dict) and index + 1 < len(chain) and _owns_dict(parent, child):
+            # an object's or module's __dict__: show the attribute, not the dict
+            grandchild = chain[index + 1]
+            parts[-1] += f".{_key_for(child, grandchild)}"
+            parts[-1] += _type_suffix(grandchild, last=index + 1 == len(chain) - 1)
+            index += 2
+            continue
+        parts.append(_link(parent, child) + _type_suffix(child, last=index == len(chain) - 1))
+        index += 1
+    if len(chain) == 1:
+        return parts[0]
+    text = " -> ".join(parts)
+    last = chain[-1]
+    if not text.endswith(type(last).__name__):
+        text += f" -> {type(last).__name__}"
+    return text
+
+
+def _root_name(root: Any) -> str:
+    if isinstance(root, types.ModuleType):
+        return root.__name__
+    if isinstance(root, types.FrameType):
+        return f"frame of {root.f_code.co_name} ({root.f_code.co_filename}:{root.f_lineno})"
+    return type(root).__name__
+
+
+def _owns_dict(parent: Any, child: dict[Any, Any]) -> bool:
+    try:
+        attributes = getattr(parent, "__dict__", None)
+        if attributes is child:
+            return True
+        # a class's __dict__ is a read-only proxy of the dict the chain goes through
+        return (
+            isinstance(parent, type)
+            and attributes is not None
+            and len(attributes) == len(child)
+            and all(attributes.get(key) is value for key, value in child.items())
+        )
+    except Exception:
+        return False
+
+
+def _type_suffix(obj: Any, *, last: bool) -> str:
+    if last or isinstance(obj, (type, types.ModuleType)):
+        return ""
+    return f" ({type(obj).__name__})"
+
+
+def _key_for(mapping: dict[Any, Any], value: Any) -> str:
+    for key, item in mapping.items():
+        if item is value:
+            return str(key)
+    return "?"
+
+
+def _link(parent: Any, child: Any) -> str:
+    """How ``parent`` refers to ``child``, as a user would write it."""
+    try:
+        if isinstance(parent, dict):
+            return f"[{_short_repr(_key_of(parent, child))}]"
+        if isinstance(parent, (list, tuple)):
+            for position, item in enumerate(parent):
+                if item is child:
+                    return f"[{position}]"
+        if isinstance(parent, types.FrameType):
+            for name, value in parent.f_locals.items():
+                if value is child:
+                    return f"local {name}"
+        if isinstance(parent, types.FunctionType) and parent.__closure__:
+            names = parent.__code__.co_freevars
+            for name, cell in zip(names, parent.__closure__, strict=False):
+                if cell is child:
+                    return f"closure {name}"
+        if isinstance(parent, types.CellType):
+            return "cell contents"
+        if isinstance(parent, types.MethodType):
+            return "__self__" if parent.__self__ is child else "__func__"
+        if isinstance(parent, types.TracebackType):
+            return "tb_frame" if parent.tb_frame is child else "tb_next"
+        attributes = getattr(parent, "__dict__", None)
+        if isinstance(attributes, dict):
+            for name, value in attributes.items():
+                if value is child:
+                    return f".{name}"
+        for name in getattr(type(parent), "__slots__", ()):
+            if getattr(parent, name, None) is child:
+                return f".{name}"
+    except Exception:
+        pass
+    return f"({type(child).__name__})"
+
+
+def _key_of(mapping: dict[Any, Any], child: Any) -> Any:
+    for key, value in mapping.items():
+        if value is child:
+            return key
+        if key is child:
+            return f"key {_short_repr(key)}"
+    return "?"
+
+
+def _short_repr(value: Any, limit: int = 40) -> str:
+    text = value if isinstance(value, str) and value.startswith("key ") else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

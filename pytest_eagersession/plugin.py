@@ -1,0 +1,460 @@
+"""The pytest plugin: each test runs in an eager session, and what outlives its scope fails it.
+
+A thin layer of hooks and fixtures over ``EagerSession``; the work is in the library modules.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+import warnings
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+from pytest_eagersession.kinds import format_bytes, tensorflow_ready
+from pytest_eagersession.report import LeakRecord, build_records, render, write_json
+from pytest_eagersession.session import EagerSession
+from pytest_eagersession.settings import (
+    MARKER_HELP,
+    Settings,
+    SettingsError,
+    TestPolicy,
+    policy_for,
+    resolve,
+)
+
+#: The type of every ``*eager_session`` fixture, for annotations.
+EagerSessionFixture = EagerSession
+
+SETTINGS_KEY = pytest.StashKey[Settings]()
+_SESSION_KEY = pytest.StashKey[EagerSession]()
+_POLICY_KEY = pytest.StashKey[TestPolicy]()
+_RECORDS_KEY = pytest.StashKey[list[LeakRecord]]()
+_CALL_FAILED_KEY = pytest.StashKey[bool]()
+_PLUGIN_NAME = "eagersession-manager"
+
+_WIDER_SCOPES = ("class", "module", "package", "session")
+
+
+class EagerSessionLeakWarning(UserWarning):
+    """A test leaked TensorFlow objects under ``leaks="warn"``."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The ``--eagersession-*`` options and ``eagersession_*`` ini keys."""
+    group = parser.getgroup("eagersession", "TensorFlow eager sessions and leak checks")
+    group.addoption(
+        "--eagersession-strategy",
+        dest="eagersession_strategy",
+        default=None,
+        metavar="STRATEGY",
+        help="cleanup strategy of each test's session: in_background (default), "
+        "on_safe_points, on_session_close.",
+    )
+    group.addoption(
+        "--eagersession-leaks",
+        dest="eagersession_leaks",
+        default=None,
+        metavar="MODE",
+        help="what a TensorFlow object that outlives its scope does: fail (default), warn, off.",
+    )
+    group.addoption(
+        "--eagersession-allow",
+        dest="eagersession_allow",
+        action="append",
+        default=None,
+        metavar="REGEX",
+        help="expected survivors: a regex searched in each leak's summary (repeatable).",
+    )
+    group.addoption(
+        "--eagersession-track-creation",
+        dest="eagersession_track_creation",
+        action="store_const",
+        const=True,
+        default=None,
+        help="record the op and line of code that made each object (slower: an op callback).",
+    )
+    group.addoption(
+        "--eagersession-max-leaks",
+        dest="eagersession_max_leaks",
+        default=None,
+        metavar="N",
+        help="leaks traced to their holders per scope (default 3; 20 with -v).",
+    )
+    group.addoption(
+        "--eagersession-json",
+        dest="eagersession_json",
+        default=None,
+        metavar="PATH",
+        help="write every test's strategy, stats and leaks to this JSON file.",
+    )
+    group.addoption(
+        "--eagersession-graphs",
+        dest="eagersession_graphs",
+        default=None,
+        metavar="DIR",
+        help="write a back-reference graph of each traced leak here (DOT; PNG with Graphviz).",
+    )
+    parser.addini(
+        "eagersession_strategy", "default cleanup strategy of each test's session", default=""
+    )
+    parser.addini("eagersession_leaks", "fail, warn or off for leaked objects", default="")
+    parser.addini("eagersession_allow", "regexes of expected survivors", type="linelist")
+    parser.addini(
+        "eagersession_track_creation", "record the op and line that made each object", default=""
+    )
+    parser.addini("eagersession_max_leaks", "leaks traced to their holders per scope", default="")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the marker, resolve the settings once, and start the plugin's manager."""
+    config.addinivalue_line("markers", MARKER_HELP)
+    option = config.option
+    cli = {
+        "strategy": option.eagersession_strategy,
+        "leaks": option.eagersession_leaks,
+        "allow": option.eagersession_allow,
+        "track_creation": option.eagersession_track_creation,
+        "max_leaks": option.eagersession_max_leaks,
+        "json": option.eagersession_json,
+        "graphs": option.eagersession_graphs,
+    }
+    ini = {
+        "strategy": config.getini("eagersession_strategy"),
+        "leaks": config.getini("eagersession_leaks"),
+        "allow": config.getini("eagersession_allow"),
+        "track_creation": config.getini("eagersession_track_creation"),
+        "max_leaks": config.getini("eagersession_max_leaks"),
+    }
+    try:
+        settings = resolve(cli, ini, verbosity=config.get_verbosity())
+    except SettingsError as error:
+        raise pytest.UsageError(str(error)) from None
+    config.stash[SETTINGS_KEY] = settings
+    config.pluginmanager.register(EagerSessionManager(config, settings), _PLUGIN_NAME)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Unregister the manager."""
+    manager = config.pluginmanager.get_plugin(_PLUGIN_NAME)
+    if manager is not None:
+        config.pluginmanager.unregister(manager, _PLUGIN_NAME)
+
+
+class EagerSessionManager:
+    """The plugin's state: the sessions of the wider scopes, and the run's leak summary."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self._config = config
+        self._settings = settings
+        self._scope_sessions: dict[str, tuple[EagerSession, TestPolicy]] = {}
+        self._scope_values: dict[str, list[object]] = {}
+        self._current_item: pytest.Item | None = None
+        self._results: dict[str, dict[str, Any]] = {}
+
+    # ------------------------------------------------------------- the test's own session
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, None, None]:
+        """Open and activate the test's session before its first fixture."""
+        self._current_item = item
+        try:
+            policy = policy_for(self._settings, _marks(item))
+        except SettingsError as error:
+            yield  # let pytest set up as usual, so that its teardown finds what it expects
+            pytest.fail(str(error), pytrace=False)
+        item.stash[_POLICY_KEY] = policy
+        item.stash[_RECORDS_KEY] = []
+        session = _build(policy).build()
+        item.stash[_SESSION_KEY] = session
+        session.activate()
+        return (yield)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_teardown(
+        self, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> Generator[None, None, None]:
+        """Close the test's session after its last fixture is torn down; fail on leaks."""
+        try:
+            return (yield)
+        finally:
+            self._current_item = None
+            self._finish_test_session(item)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        """Drop a failing test's frame locals (their text is in the report already)."""
+        report = yield
+        if call.when == "call":
+            item.stash[_CALL_FAILED_KEY] = report.failed
+            if call.excinfo is not None:
+                _clear_traceback_frames(call.excinfo.tb)
+        if call.when == "teardown" and _RECORDS_KEY in item.stash:
+            records = item.stash[_RECORDS_KEY]
+            session = item.stash.get(_SESSION_KEY, None)
+            policy = item.stash.get(_POLICY_KEY, None)
+            payload = {
+                "strategy": policy.strategy.value if policy else None,
+                "stats": _stats_json(session),
+                "leaks": [record.to_json() for record in records],
+            }
+            report.user_properties.append(("eagersession", json.dumps(payload)))
+            for record in records:
+                text = record.summary
+                if record.retained_by:
+                    text += f"; {record.retained_by}"
+                report.user_properties.append(("eagersession_leak", text))
+        return report
+
+    def _finish_test_session(self, item: pytest.Item) -> None:
+        session = item.stash.get(_SESSION_KEY, None)
+        policy = item.stash.get(_POLICY_KEY, None)
+        if session is None or policy is None or session.closed:
+            return
+        _clear_last_traceback()
+        failed_call = item.stash.get(_CALL_FAILED_KEY, False)
+        survivors = session.close()
+        if not survivors or policy.leaks == "off" or failed_call:
+            return  # a test that failed for its own reason shows only that
+        survivors = self._without_wider_fixture_values(survivors)
+        leaks = [survivor for survivor in survivors if not survivor.allowed]
+        if not leaks:
+            return
+        self._report(item, "function", leaks, policy, suppress=failed_call)
+
+    # ------------------------------------------------------------- wider scopes
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_fixture_setup(
+        self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
+    ) -> Generator[None, object, object]:
+        """Set a wider-scoped fixture up inside the session of its scope."""
+        scope = fixturedef.scope
+        if scope not in _WIDER_SCOPES:
+            return (yield)
+        session = self.scope_session(request.node, scope)
+        if session is None:
+            return (yield)
+        session.activate()
+        try:
+            value = yield
+        finally:
+            session.deactivate()
+        self._scope_values.setdefault(_scope_key(request.node, scope), []).append(value)
+        return value
+
+    def scope_session(self, node: Any, scope: str) -> EagerSession | None:
+        """The session of ``node`` (a class, module, package or the whole run), made once."""
+        key = _scope_key(node, scope)
+        entry = self._scope_sessions.get(key)
+        if entry is None:
+            try:
+                policy = policy_for(self._settings, _marks(node))
+            except SettingsError as error:
+                pytest.fail(str(error), pytrace=False)
+            session = _build(policy).clear_kernel_cache().build()
+            entry = (session, policy)
+            self._scope_sessions[key] = entry
+            node.addfinalizer(lambda: self._close_scope(key, scope))
+        return entry[0]
+
+    def _close_scope(self, key: str, scope: str) -> None:
+        entry = self._scope_sessions.pop(key, None)
+        self._scope_values.pop(key, None)
+        if entry is None:
+            return
+        session, policy = entry
+        if session.closed:
+            return
+        survivors = session.close()
+        if not survivors or policy.leaks == "off":
+            return
+        leaks = [survivor for survivor in survivors if not survivor.allowed]
+        item = self._current_item
+        if leaks and item is not None:
+            self._report(item, scope, leaks, policy, suppress=False)
+
+    def _without_wider_fixture_values(self, survivors: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Hand survivors that a wider-scoped fixture's value holds over to that scope."""
+        scopes = [
+            (session, self._scope_values.get(key, []))
+            for key, (session, _) in self._scope_sessions.items()
+            if self._scope_values.get(key)
+        ]
+        if not scopes:
+            return survivors
+        from pytest_eagersession.fixture_values import adopt_held
+
+        return adopt_held(survivors, scopes)
+
+    # ------------------------------------------------------------- reporting
+
+    def _report(
+        self,
+        item: pytest.Item,
+        scope: str,
+        leaks: list[Any],
+        policy: TestPolicy,
+        *,
+        suppress: bool,
+    ) -> None:
+        settings = self._settings
+        records = build_records(
+            leaks,
+            scope,
+            explain_limit=settings.max_leaks,
+            chain_depth=settings.chain_depth,
+            graphs_dir=settings.graphs_dir,
+            graph_prefix=_safe_name(item.nodeid) + f"-{scope}",
+        )
+        del leaks
+        item.stash.setdefault(_RECORDS_KEY, []).extend(records)
+        where = item.nodeid if scope == "function" else f"The {scope} of {item.nodeid}"
+        text = render(
+            where,
+            scope,
+            records,
+            destroyed=policy.leaks == "fail",
+            strategy=policy.strategy.value,
+        )
+        if suppress:
+            return  # the test failed for its own reason: show only that
+        if policy.leaks == "warn":
+            warnings.warn(EagerSessionLeakWarning(text), stacklevel=1)
+        else:
+            pytest.fail(text, pytrace=False)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Collect each test's outcome and leak data (on the xdist controller too)."""
+        entry = self._results.setdefault(
+            report.nodeid, {"nodeid": report.nodeid, "outcome": "passed"}
+        )
+        if report.failed:
+            entry["outcome"] = "failed" if report.when == "call" else "error"
+        elif report.skipped and entry["outcome"] == "passed":
+            entry["outcome"] = "skipped"
+        for name, value in report.user_properties:
+            if name == "eagersession" and isinstance(value, str):
+                entry.update(json.loads(value))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """List the tests that leaked, with counts and bytes."""
+        leaky = [entry for entry in self._results.values() if entry.get("leaks")]
+        if not leaky:
+            return
+        terminalreporter.section("eagersession: leaked TensorFlow objects")
+        for entry in leaky:
+            leaks = entry["leaks"]
+            total = sum(leak.get("nbytes") or 0 for leak in leaks)
+            terminalreporter.write_line(
+                f"{entry['nodeid']}: {len(leaks)} leaked ({format_bytes(total)})"
+            )
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Close what is still open and write the JSON report (not on xdist workers)."""
+        for key in list(self._scope_sessions):
+            scope_session, _ = self._scope_sessions.pop(key)
+            scope_session.close()
+        path = self._settings.json_path
+        if path is None or hasattr(self._config, "workerinput"):
+            return
+        try:
+            write_json(path, self._results.values())
+        except OSError as error:
+            terminal = self._config.pluginmanager.get_plugin("terminalreporter")
+            if terminal is not None:
+                terminal.write_line(
+                    f"eagersession: could not write the JSON report to {path}: {error}", red=True
+                )
+
+
+# ----------------------------------------------------------------- fixtures
+
+
+def _session_fixture(request: pytest.FixtureRequest, scope: str) -> EagerSession:
+    manager: EagerSessionManager | None = request.config.pluginmanager.get_plugin(_PLUGIN_NAME)
+    if scope == "function":
+        own: EagerSession = request.node.stash[_SESSION_KEY]
+        return own
+    session = manager.scope_session(request.node, scope) if manager is not None else None
+    if session is None:
+        raise RuntimeError("the eagersession plugin is not active")
+    return session
+
+
+@pytest.fixture
+def eager_session(request: pytest.FixtureRequest) -> EagerSession:
+    """The test's own eager session: op builder, stats, checkpoints, attach, detach."""
+    return _session_fixture(request, "function")
+
+
+@pytest.fixture(scope="class")
+def class_eager_session(request: pytest.FixtureRequest) -> EagerSession:
+    """The session of the test's class: it owns what class-scoped fixtures make."""
+    return _session_fixture(request, "class")
+
+
+@pytest.fixture(scope="module")
+def module_eager_session(request: pytest.FixtureRequest) -> EagerSession:
+    """The session of the test's module: it owns what module-scoped fixtures make."""
+    return _session_fixture(request, "module")
+
+
+@pytest.fixture(scope="package")
+def package_eager_session(request: pytest.FixtureRequest) -> EagerSession:
+    """The session of the test's package."""
+    return _session_fixture(request, "package")
+
+
+@pytest.fixture(scope="session")
+def session_eager_session(request: pytest.FixtureRequest) -> EagerSession:
+    """The session of the whole test run."""
+    return _session_fixture(request, "session")
+
+
+# ----------------------------------------------------------------- helpers
+
+
+def _scope_key(node: Any, scope: str) -> str:
+    return "::session::" if scope == "session" else f"{scope}::{node.nodeid}"
+
+
+def _marks(node: Any) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    return [(tuple(mark.args), dict(mark.kwargs)) for mark in node.iter_markers("cleanup")]
+
+
+def _build(policy: TestPolicy) -> Any:
+    return (
+        EagerSession.options()
+        .resource_cleanup_strategy(policy.strategy)
+        .track_creation(policy.track_creation)
+        .allow(policy.allow)
+        .destroy_survivors(policy.leaks == "fail")
+    )
+
+
+def _stats_json(session: EagerSession | None) -> dict[str, int] | None:
+    if session is None:
+        return None
+    stats = session.stats()
+    return {name: getattr(stats, name) for name in stats.__dataclass_fields__}
+
+
+def _clear_traceback_frames(tb: Any) -> None:
+    if tb is not None and tensorflow_ready():
+        traceback.clear_frames(tb)
+
+
+def _clear_last_traceback() -> None:
+    """A failed test's frames, which pytest keeps in ``sys.last_traceback``, hold no tensors."""
+    _clear_traceback_frames(getattr(sys, "last_traceback", None))
+
+
+def _safe_name(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)[:120]

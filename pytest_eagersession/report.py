@@ -1,0 +1,156 @@
+"""Leak reports: survivors turned into text records, rendered for the terminal and for JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pytest_eagersession.explain import explain
+from pytest_eagersession.kinds import format_bytes
+from pytest_eagersession.survivors import Survivor
+
+# Objects a user holds by name come first; tensors, which they often hold through them, last.
+_KIND_ORDER = {
+    "variable": 0,
+    "iterator": 1,
+    "table": 2,
+    "resource": 3,
+    "function": 4,
+    "resource handle": 5,
+    "tensor": 6,
+}
+
+
+@dataclass(frozen=True)
+class LeakRecord:
+    """One leaked object as text: what it is, what made it, the scope it outlived, who holds it."""
+
+    scope: str
+    type: str
+    kind: str
+    dtype: str | None
+    shape: str | None
+    nbytes: int | None
+    device: str | None
+    op: str | None
+    created_at: str | None
+    retained_by: str | None
+    summary: str
+    allowed: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON report's fields for this leak."""
+        return asdict(self)
+
+
+def build_records(
+    survivors: Sequence[Survivor],
+    scope: str,
+    *,
+    explain_limit: int,
+    chain_depth: int,
+    graphs_dir: str | None = None,
+    graph_prefix: str = "leak",
+) -> list[LeakRecord]:
+    """Records for ``survivors``, the first ``explain_limit`` of them with their holders' chain."""
+    ordered = sorted(
+        survivors, key=lambda s: (_KIND_ORDER.get(s.kind, 9), -(s.description.nbytes or 0))
+    )
+    records = []
+    for index, survivor in enumerate(ordered):
+        retained_by = None
+        if index < explain_limit and survivor.ref is not None:
+            obj = survivor.ref()
+            if obj is not None:
+                try:
+                    retained_by = explain(obj, max_depth=chain_depth).text()
+                    if graphs_dir is not None:
+                        write_graph(obj, graphs_dir, f"{graph_prefix}-{index + 1}", chain_depth)
+                finally:
+                    del obj
+        description = survivor.description
+        records.append(
+            LeakRecord(
+                scope=scope,
+                type=description.type,
+                kind=survivor.kind,
+                dtype=description.dtype,
+                shape=description.shape,
+                nbytes=description.nbytes,
+                device=description.device,
+                op=survivor.op,
+                created_at=survivor.created_at,
+                retained_by=retained_by,
+                summary=survivor.summary(),
+                allowed=survivor.allowed,
+            )
+        )
+    return records
+
+
+def render(
+    where: str, scope: str, records: Sequence[LeakRecord], *, destroyed: bool, strategy: str
+) -> str:
+    """The text a failing (or warned) test shows."""
+    total = sum(record.nbytes or 0 for record in records)
+    noun = "object" if len(records) == 1 else "objects"
+    lines = [
+        f"{where} leaked {len(records)} TensorFlow {noun} ({format_bytes(total)}) "
+        f"that outlived its {scope} scope (cleanup strategy {strategy}):"
+    ]
+    for number, record in enumerate(records, start=1):
+        lines.append(f"  {number}. {record.summary}")
+        if record.retained_by is not None:
+            lines.append(f"     {record.retained_by}")
+    unexplained = sum(1 for record in records if record.retained_by is None)
+    if unexplained and any(record.retained_by is not None for record in records):
+        lines.append(
+            f"  ({unexplained} more not traced, to bound the time spent; -v or "
+            "--eagersession-max-leaks traces more)"
+        )
+    if destroyed:
+        lines.append("Their resources were destroyed at the end of the scope; using them fails.")
+    lines.append(
+        "Expected? Allow it with @pytest.mark.cleanup(allow=...) or "
+        "eager_session.detach(obj); creation sites: --eagersession-track-creation."
+    )
+    return "\n".join(lines)
+
+
+def write_json(path: str, tests: Iterable[dict[str, Any]]) -> None:
+    """Write the run's JSON report, creating the folder if needed."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump({"tests": list(tests)}, handle, indent=2)
+        handle.write("\n")
+
+
+def write_graph(obj: object, folder: str, name: str, depth: int) -> list[str]:
+    """A picture of who refers to ``obj``: DOT always, PNG where Graphviz's ``dot`` exists."""
+    import objgraph
+
+    os.makedirs(folder, exist_ok=True)
+    written = []
+    dot_path = os.path.join(folder, f"{name}.dot")
+    objgraph.show_backrefs(
+        [obj], max_depth=min(depth, 6), filename=dot_path, filter=_graph_filter, refcounts=True
+    )
+    written.append(dot_path)
+    if shutil.which("dot"):
+        png_path = os.path.join(folder, f"{name}.png")
+        objgraph.show_backrefs(
+            [obj], max_depth=min(depth, 6), filename=png_path, filter=_graph_filter
+        )
+        written.append(png_path)
+    return written
+
+
+def _graph_filter(obj: object) -> bool:
+    import types
+
+    return not isinstance(obj, types.FrameType)
