@@ -10,19 +10,25 @@ from pytest_eagersession.errors import (
     SessionClosedError,
     TensorFlowMissingError,
 )
+from pytest_eagersession.operations import EagerOperation, EagerOperationBuilder, Output
 from pytest_eagersession.references import NativeReference
 from pytest_eagersession.session import EagerSession, Options, SessionOptions, SessionStats
 from pytest_eagersession.strategies import DevicePlacementPolicy, ResourceCleanupStrategy
+from pytest_eagersession.survivors import Survivor
 
 __all__ = [
     "DevicePlacementPolicy",
+    "EagerOperation",
+    "EagerOperationBuilder",
     "EagerSession",
     "NativeReference",
     "Options",
+    "Output",
     "ResourceCleanupStrategy",
     "ResourceCleanupWarning",
     "SessionClosedError",
     "SessionOptions",
     "SessionStats",
+    "Survivor",
     "TensorFlowMissingError",
 ]
