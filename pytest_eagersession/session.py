@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 #: How long ``close()`` waits for the background cleaner to stop.
 CLEANER_JOIN_TIMEOUT_S = 5.0
 #: How often the background cleaner of the innermost active session looks at tracked bytes.
-CLEANER_POLL_S = 0.01
+CLEANER_POLL_S = 0.005
 _IDLE_POLL_S = 0.5
 
 _STOP = object()

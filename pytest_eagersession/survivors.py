@@ -230,12 +230,11 @@ def fresh_default_graph() -> Iterator[None]:
 @contextlib.contextmanager
 def op_callback(callback: Callable[..., None]) -> Iterator[None]:
     """Install ``callback`` as an op callback of the calling thread while the block runs."""
-    from tensorflow.python.eager import context
+    from tensorflow.python.framework import op_callbacks
 
-    ctx = context.context()
-    ctx.add_op_callback(callback)
+    op_callbacks.add_op_callback(callback)
     try:
         yield
     finally:
         with contextlib.suppress(KeyError):
-            ctx.remove_op_callback(callback)
+            op_callbacks.remove_op_callback(callback)

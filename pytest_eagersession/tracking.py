@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from pytest_eagersession.session import EagerSession
 
 #: Tracked bytes the young generations may grow by before cyclic garbage is collected.
-CYCLE_BYTES_THRESHOLD = 32 * 1024 * 1024
+CYCLE_BYTES_THRESHOLD = 8 * 1024 * 1024
 
 _PACKAGE_DIR = __file__.rsplit("/", 1)[0]
 _INTERNAL_PATH_PARTS = (
