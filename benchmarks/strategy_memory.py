@@ -135,7 +135,8 @@ def main() -> None:
         result = run_child("ops", strategy, args)
         results["ops"][strategy] = result
         print(
-            f"{strategy:<18} {result['peak_rss_mib']:>12.0f} MiB {result['peak_live_outputs']:>18.0f}"
+            f"{strategy:<18} {result['peak_rss_mib']:>12.0f} MiB "
+            f"{result['peak_live_outputs']:>18.0f}"
         )
     print(
         f"\nCyclic garbage: {args.cycle_iterations} iterations, each making a reference cycle "
