@@ -273,6 +273,8 @@ class EagerSession:
 
     def stats(self) -> SessionStats:
         """A snapshot of the session's counts."""
+        if TRACKER.is_active(self):
+            TRACKER.discover()  # count what was made since the last scan, not only what was seen
         with self._lock:
             return SessionStats(
                 registered=len(self._registry),
@@ -429,6 +431,7 @@ class EagerSession:
                 self._cleanup_runs += 1
             if tensorflow_ready():
                 survivors.clear_tensorflow_caches(kernels=self._clear_kernel_cache)
+                survivors.release_custom_gradients()
                 self._survivors = tuple(self._find_survivors(since=0))
                 if self._destroy_survivors:
                     survivors.destroy_resources(
@@ -552,6 +555,7 @@ class EagerSession:
         if not tensorflow_ready():
             return ()
         self._drain()
+        survivors.release_custom_gradients()
         return tuple(self._find_survivors(since))
 
     def detach(self, obj: object) -> None:

@@ -6,11 +6,14 @@ is active, and TensorFlow's tensor-pinning caches cleared before survivors are c
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import gc
 import re
 import sys
+import threading
+import types
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +23,7 @@ from pytest_eagersession.kinds import (
     ITERATOR,
     RESOURCE,
     TABLE,
+    TENSOR,
     VARIABLE,
     Description,
     describe,
@@ -118,9 +122,11 @@ def find(
             handle = owned_handle(obj, kind)
             if handle is not None:
                 handles.add(id(handle))
+        held = tensors_held_by_others(alive)
         found = []
         for obj, kind, seq in alive:
-            if id(obj) in ignored or id(obj) in handles or is_detached(obj):
+            key = id(obj)
+            if key in ignored or key in handles or key in held or is_detached(obj):
                 continue
             op, where = ownership.creation_of(obj)
             if op is None:
@@ -134,6 +140,44 @@ def find(
         del alive
 
 
+#: The most objects the walk from tracked objects to the tensors they hold visits.
+HOLD_WALK_LIMIT = 50_000
+
+
+def tensors_held_by_others(alive: Sequence[tuple[object, str, int]]) -> set[int]:
+    """Ids of the tracked tensors that another tracked object (not a tensor) holds.
+
+    A parked iterator holds its dataset's tensors, a tf.function the tensors it captured:
+    reporting the holder says it all, and destroying it (or detaching or allowing it) covers
+    them. The walk follows references but stops at modules, classes and module dictionaries,
+    so that a function's globals never make a module-level tensor look held.
+    """
+    tensors = {id(obj) for obj, kind, _ in alive if kind == TENSOR}
+    roots = [obj for obj, kind, _ in alive if kind != TENSOR]
+    if not tensors or not roots:
+        return set()
+    namespaces = (getattr(module, "__dict__", None) for module in list(sys.modules.values()))
+    stops = {id(namespace) for namespace in namespaces if namespace is not None}
+    seen = {id(root) for root in roots}
+    queue = collections.deque(roots)
+    held: set[int] = set()
+    try:
+        while queue and len(seen) < HOLD_WALK_LIMIT:
+            for referent in gc.get_referents(queue.popleft()):
+                key = id(referent)
+                if key in seen:
+                    continue
+                seen.add(key)
+                if key in tensors:
+                    held.add(key)
+                elif key not in stops and not isinstance(referent, (type, types.ModuleType)):
+                    queue.append(referent)
+    finally:
+        queue.clear()
+        del roots
+    return held
+
+
 def tensorflow_singletons() -> set[int]:
     """Ids of objects TensorFlow and Keras create once per process on first use."""
     ids: set[int] = set()
@@ -144,6 +188,16 @@ def tensorflow_singletons() -> set[int]:
         state = getattr(generator, "_state_var", None)
         if state is not None:
             ids.update((id(state), id(getattr(state, "handle", None))))
+    # Keras 3's unseeded random ops draw from a global SeedGenerator made on first use (per
+    # thread); its state is a Keras variable around a tf.Variable.
+    keras_state = sys.modules.get("keras.src.backend.common.global_state")
+    get_attribute = getattr(keras_state, "get_global_attribute", None)
+    if get_attribute is not None:
+        with contextlib.suppress(Exception):
+            seed_state = getattr(get_attribute("global_seed_generator"), "state", None)
+            variable = getattr(seed_state, "_value", None)
+            if variable is not None:
+                ids.update((id(variable), id(getattr(variable, "handle", None))))
     return ids
 
 
@@ -152,8 +206,9 @@ def destroy_resources(survivors: Iterable[Survivor]) -> int:
 
     Eager resources are reference-counted by their handle tensors, so TensorFlow's
     ``DestroyResourceOp`` cannot delete them while the handle lives. Instead the owner's handle is
-    replaced by a handle to a resource that does not exist, named so that TensorFlow's error says
-    what happened; the real resource is freed once nothing else holds its handle.
+    replaced by a handle to a resource that does not exist (for a variable, to a tiny one of
+    another type), named so that TensorFlow's error says what happened; the real resource is
+    freed once nothing else holds its handle.
     """
     destroyed = 0
     for survivor in survivors:
@@ -180,21 +235,106 @@ def _replace_handle(obj: Any, survivor: Survivor) -> bool:
     from tensorflow.python.ops import gen_resource_variable_ops
 
     name = survivor.description.name or survivor.description.type.rsplit(".", 1)[-1]
+    shared_name = f"{name} was deleted when its eager session closed"
     try:
         if survivor.kind == VARIABLE:
-            dtype, shape = obj.dtype.base_dtype, obj.shape
+            # Not a VarHandleOp: assigning through a handle to a missing variable creates it,
+            # which would bring the variable back (one shared by every variable of that name).
+            # A mutex under that name makes every variable op fail, naming the variable.
+            dead = gen_resource_variable_ops.mutex_v2(
+                container="pytest-eagersession", shared_name=shared_name
+            )
         else:
-            dtype, shape = dtypes.int64, []
-        dead = gen_resource_variable_ops.var_handle_op(
-            dtype=dtype,
-            shape=shape,
-            container="pytest-eagersession",
-            shared_name=f"{name} was deleted when its eager session closed",
-        )
+            dead = gen_resource_variable_ops.var_handle_op(
+                dtype=dtypes.int64,
+                shape=[],
+                container="pytest-eagersession",
+                shared_name=shared_name,
+            )
         setattr(obj, attribute, dead)
     except Exception:  # an object that refuses is left as it is, and still reported
         return False
     return True
+
+
+class _GraphOwnedGradient:
+    """Stands in the gradient registry for a function that its graph now owns."""
+
+    __slots__ = ("_function", "_name")
+
+    def __init__(self, function: Callable[..., Any], name: str) -> None:
+        self._function = weakref.ref(function)
+        self._name = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        function = self._function()
+        if function is None:
+            raise LookupError(f"the graph that gradient {self._name} was registered for is gone")
+        return function(*args, **kwargs)
+
+
+def release_custom_gradients() -> int:
+    """Let each graph own the gradient functions ``tf.custom_gradient`` registered for it.
+
+    ``tf.custom_gradient`` traced into a graph (any tf.function; Keras's train step through
+    ``tf.distribute``'s ``all_reduce``) registers its gradient under a unique name in TensorFlow's
+    process-wide gradient registry, which never forgets it: the function's closure holds the
+    graph, and the graph the variable handles and tensors it captured, for the life of the
+    process. Each such function found to belong to exactly one graph is moved onto that graph,
+    and the registry keeps a weak reference, so the graph and its captures die with their last
+    user. Returns how many functions were moved.
+    """
+    ops = sys.modules.get("tensorflow.python.framework.ops")
+    registry = getattr(getattr(ops, "_gradient_registry", None), "_registry", None)
+    if not isinstance(registry, dict):
+        return 0
+    moved = 0
+    for name, entry in list(registry.items()):
+        if not (isinstance(name, str) and name.startswith("CustomGradient-")):
+            continue
+        function = entry.get("type") if isinstance(entry, dict) else None
+        if not isinstance(function, types.FunctionType):
+            continue
+        graph = _only_graph_of(function)
+        if graph is None:
+            continue
+        owned = getattr(graph, "_eagersession_custom_gradients", None)
+        if owned is None:
+            owned = []
+            try:
+                graph._eagersession_custom_gradients = owned
+            except AttributeError:
+                continue
+        owned.append(function)
+        entry["type"] = _GraphOwnedGradient(function, name)
+        moved += 1
+    return moved
+
+
+def _only_graph_of(function: types.FunctionType) -> Any:
+    """The one graph whose tensors ``function``'s closures hold (in lists and tuples), or None."""
+    from tensorflow.python.framework import ops, tensor
+
+    graphs: dict[int, Any] = {}
+    pending: list[Any] = [function]
+    seen: set[int] = set()
+    while pending and len(seen) < 1000:
+        obj = pending.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, types.FunctionType):
+            for cell in obj.__closure__ or ():
+                with contextlib.suppress(ValueError):  # an empty cell
+                    pending.append(cell.cell_contents)
+        elif isinstance(obj, (list, tuple)):
+            pending.extend(obj)
+        elif isinstance(obj, (tensor.Tensor, ops.Operation)) and not isinstance(
+            obj, ops.EagerTensor
+        ):
+            graph = obj.graph
+            graphs[id(graph)] = graph
+    return next(iter(graphs.values())) if len(graphs) == 1 else None
 
 
 def clear_tensorflow_caches(*, kernels: bool) -> None:
@@ -227,14 +367,33 @@ def fresh_default_graph() -> Iterator[None]:
         yield
 
 
+_OP_CALLBACKS_LOCK = threading.Lock()
+_op_callbacks_installed = 0
+
+
 @contextlib.contextmanager
 def op_callback(callback: Callable[..., None]) -> Iterator[None]:
-    """Install ``callback`` as an op callback of the calling thread while the block runs."""
-    from tensorflow.python.framework import op_callbacks
+    """Install ``callback`` as an op callback of the calling thread while the block runs.
 
-    op_callbacks.add_op_callback(callback)
+    Ops that leave the C fast path, and tf.function calls, run callbacks only while TensorFlow's
+    ``execute.execute`` is patched. ``op_callbacks.remove_op_callback`` undoes that patch as soon
+    as the *calling thread* has no callback left, which would silence the callbacks of sessions
+    active in other threads; so the patch stays until the last of our callbacks is removed.
+    """
+    global _op_callbacks_installed
+    from tensorflow.python.eager import context, execute
+
+    ctx = context.context()
+    ctx.add_op_callback(callback)
+    with _OP_CALLBACKS_LOCK:
+        _op_callbacks_installed += 1
+        execute.execute = execute.execute_with_callbacks
     try:
         yield
     finally:
         with contextlib.suppress(KeyError):
-            op_callbacks.remove_op_callback(callback)
+            ctx.remove_op_callback(callback)
+        with _OP_CALLBACKS_LOCK:
+            _op_callbacks_installed -= 1
+            if _op_callbacks_installed == 0 and not ctx.op_callbacks:
+                execute.execute = execute.quick_execute

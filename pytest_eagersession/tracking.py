@@ -36,6 +36,7 @@ _INTERNAL_PATH_PARTS = (
     "/pluggy/",
     "/contextlib.py",
     "/threading.py",
+    "/__autograph_generated_file",  # a tf.function's converted code: its caller is the user's
     _PACKAGE_DIR + "/",
 )
 
@@ -186,6 +187,10 @@ class Tracker:
     def pop(self, session: EagerSession) -> None:
         """Attribute the young objects to their owner, then stop owning for ``session``."""
         self.discover()
+        if tensorflow_ready():
+            # Promote them too: still young, they would be the next owner's at its next scan,
+            # and an outer session would own what an inner one made.
+            gc.collect(1)
         with self._lock:
             active = list(self._active)
             for index in range(len(active) - 1, -1, -1):
@@ -278,6 +283,8 @@ def make_op_callback(
     ) -> None:
         if graph is not None:  # building a graph (tf.function tracing): nothing is allocated
             return
+        if not TRACKER.is_innermost(session):  # an inner session's ops: its strategy applies
+            return
         if safe_points:
             session.safe_point()
         if not outputs:
@@ -285,8 +292,10 @@ def make_op_callback(
         if track_creation:
             where = user_code_location()
             ownership = session._ownership
+            # Generated ops' Python fallbacks pass the type as bytes (b"Fill"), the C path as str.
+            op = op_type.decode() if isinstance(op_type, bytes) else str(op_type)
             for output in outputs:
-                ownership.note_creation(output, op_type, where)
+                ownership.note_creation(output, op, where)
         if safe_points:
             collector.note(sum(tensor_nbytes(output) for output in outputs))
 
