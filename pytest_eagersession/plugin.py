@@ -5,6 +5,8 @@ A thin layer of hooks and fixtures over ``EagerSession``; the work is in the lib
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import json
 import sys
 import traceback
@@ -25,6 +27,7 @@ from pytest_eagersession.settings import (
     policy_for,
     resolve,
 )
+from pytest_eagersession.survivors import destroy_resources
 
 #: The type of every ``*eager_session`` fixture, for annotations.
 EagerSessionFixture = EagerSession
@@ -37,6 +40,7 @@ _CALL_FAILED_KEY = pytest.StashKey[bool]()
 _PLUGIN_NAME = "eagersession-manager"
 
 _WIDER_SCOPES = ("class", "module", "package", "session")
+_SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
 class EagerSessionLeakWarning(UserWarning):
@@ -153,6 +157,7 @@ class EagerSessionManager:
         self._scope_sessions: dict[str, tuple[EagerSession, TestPolicy]] = {}
         self._scope_values: dict[str, list[object]] = {}
         self._current_item: pytest.Item | None = None
+        self._ending_scopes: list[tuple[str, str]] | None = None
         self._results: dict[str, dict[str, Any]] = {}
 
     # ------------------------------------------------------------- the test's own session
@@ -161,11 +166,17 @@ class EagerSessionManager:
     def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, None, None]:
         """Open and activate the test's session before its first fixture."""
         self._current_item = item
+        message: str | None = None
         try:
             policy = policy_for(self._settings, _marks(item))
         except SettingsError as error:
-            yield  # let pytest set up as usual, so that its teardown finds what it expects
-            pytest.fail(str(error), pytrace=False)
+            message = str(error)
+        if message is not None:
+            # Let pytest set up as usual, so that its teardown finds what it expects; a fixture
+            # that fails for want of the session (eager_session) is not the cause.
+            with contextlib.suppress(Exception):
+                yield
+            pytest.fail(message, pytrace=False)
         item.stash[_POLICY_KEY] = policy
         item.stash[_RECORDS_KEY] = []
         session = _build(policy).build()
@@ -177,12 +188,28 @@ class EagerSessionManager:
     def pytest_runtest_teardown(
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> Generator[None, None, None]:
-        """Close the test's session after its last fixture is torn down; fail on leaks."""
+        """Close the test's session after its last fixture is torn down; fail on leaks.
+
+        The sessions of the scopes that end here close after it, once pytest's fixture
+        finalizers ran: until then the item's ``funcargs`` hold every fixture's value.
+        """
+        self._ending_scopes = []
         try:
             return (yield)
         finally:
+            ending, self._ending_scopes = self._ending_scopes, None
             self._current_item = None
-            self._finish_test_session(item)
+            funcargs = getattr(item, "funcargs", None)
+            if isinstance(funcargs, dict):
+                funcargs.clear()  # pytest drops them right after this hook; they are torn down
+            failures: list[str] = []
+            with _collect_failures(failures):
+                self._finish_test_session(item)
+            for key, scope in ending:
+                with _collect_failures(failures):
+                    self._close_scope(key, scope, item)
+            if failures:
+                pytest.fail("\n\n".join(failures), pytrace=False)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -219,13 +246,12 @@ class EagerSessionManager:
         _clear_last_traceback()
         failed_call = item.stash.get(_CALL_FAILED_KEY, False)
         survivors = session.close()
-        if not survivors or policy.leaks == "off" or failed_call:
-            return  # a test that failed for its own reason shows only that
-        survivors = self._without_wider_fixture_values(survivors)
-        leaks = [survivor for survivor in survivors if not survivor.allowed]
-        if not leaks:
+        if not survivors or policy.leaks == "off":
             return
-        self._report(item, "function", leaks, policy, suppress=failed_call)
+        leaks = self._leaks(survivors, policy)
+        if not leaks or failed_call:
+            return  # a test that failed for its own reason shows only that
+        self._report(item, "function", leaks, policy, suppress=False)
 
     # ------------------------------------------------------------- wider scopes
 
@@ -260,10 +286,16 @@ class EagerSessionManager:
             session = _build(policy).clear_kernel_cache().build()
             entry = (session, policy)
             self._scope_sessions[key] = entry
-            node.addfinalizer(lambda: self._close_scope(key, scope))
+            node.addfinalizer(lambda: self._scope_ended(key, scope))
         return entry[0]
 
-    def _close_scope(self, key: str, scope: str) -> None:
+    def _scope_ended(self, key: str, scope: str) -> None:
+        if self._ending_scopes is not None:  # in a test's teardown: close after its fixtures
+            self._ending_scopes.append((key, scope))
+        else:
+            self._close_scope(key, scope, self._current_item)
+
+    def _close_scope(self, key: str, scope: str, item: pytest.Item | None) -> None:
         entry = self._scope_sessions.pop(key, None)
         self._scope_values.pop(key, None)
         if entry is None:
@@ -274,10 +306,21 @@ class EagerSessionManager:
         survivors = session.close()
         if not survivors or policy.leaks == "off":
             return
-        leaks = [survivor for survivor in survivors if not survivor.allowed]
-        item = self._current_item
+        leaks = self._leaks(survivors, policy)
         if leaks and item is not None:
             self._report(item, scope, leaks, policy, suppress=False)
+
+    def _leaks(self, survivors: tuple[Any, ...], policy: TestPolicy) -> list[Any]:
+        """The survivors no open wider scope takes over and none allows; destroyed under "fail".
+
+        Sessions are built not to destroy their survivors on close: what a wider-scoped
+        fixture's value holds must be handed over to that scope intact, not destroyed first.
+        """
+        survivors = self._without_wider_fixture_values(survivors)
+        leaks = [survivor for survivor in survivors if not survivor.allowed]
+        if leaks and policy.leaks == "fail":
+            destroy_resources(leaks)
+        return leaks
 
     def _without_wider_fixture_values(self, survivors: tuple[Any, ...]) -> tuple[Any, ...]:
         """Hand survivors that a wider-scoped fixture's value holds over to that scope."""
@@ -309,6 +352,7 @@ class EagerSessionManager:
             scope,
             explain_limit=settings.max_leaks,
             chain_depth=settings.chain_depth,
+            chain_budget_s=settings.chain_budget_s,
             graphs_dir=settings.graphs_dir,
             graph_prefix=_safe_name(item.nodeid) + f"-{scope}",
         )
@@ -359,8 +403,12 @@ class EagerSessionManager:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Close what is still open and write the JSON report (not on xdist workers)."""
         for key in list(self._scope_sessions):
-            scope_session, _ = self._scope_sessions.pop(key)
-            scope_session.close()
+            scope_session, policy = self._scope_sessions.pop(key)
+            self._scope_values.pop(key, None)
+            if not scope_session.closed:
+                survivors = scope_session.close()
+                if survivors and policy.leaks != "off":
+                    self._leaks(survivors, policy)  # destroyed, not reported: no test to fail
         path = self._settings.json_path
         if path is None or hasattr(self._config, "workerinput"):
             return
@@ -435,7 +483,7 @@ def _build(policy: TestPolicy) -> Any:
         .resource_cleanup_strategy(policy.strategy)
         .track_creation(policy.track_creation)
         .allow(policy.allow)
-        .destroy_survivors(policy.leaks == "fail")
+        .destroy_survivors(False)  # the manager destroys leaks, after wider scopes took theirs
     )
 
 
@@ -449,11 +497,30 @@ def _stats_json(session: EagerSession | None) -> dict[str, int] | None:
 def _clear_traceback_frames(tb: Any) -> None:
     if tb is not None and tensorflow_ready():
         traceback.clear_frames(tb)
+        if sys.version_info < (3, 13):
+            # Before PEP 667, clear() left the dict that reading f_locals had made (pytest's
+            # report reads it) holding the locals; reading it again syncs it with the cleared
+            # frame. Generator frames are suspended, not cleared: no dict is made for them.
+            while tb is not None:
+                frame = tb.tb_frame
+                if not frame.f_code.co_flags & _SUSPENDABLE:
+                    with contextlib.suppress(Exception):
+                        frame.f_locals  # noqa: B018
+                tb = tb.tb_next
 
 
 def _clear_last_traceback() -> None:
     """A failed test's frames, which pytest keeps in ``sys.last_traceback``, hold no tensors."""
     _clear_traceback_frames(getattr(sys, "last_traceback", None))
+
+
+@contextlib.contextmanager
+def _collect_failures(failures: list[str]) -> Generator[None, None, None]:
+    """Note a ``pytest.fail`` message and carry on, so that every session gets closed."""
+    try:
+        yield
+    except pytest.fail.Exception as failure:
+        failures.append(str(failure.msg))
 
 
 def _safe_name(text: str) -> str:

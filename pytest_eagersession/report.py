@@ -53,6 +53,7 @@ def build_records(
     *,
     explain_limit: int,
     chain_depth: int,
+    chain_budget_s: float = 0.5,
     graphs_dir: str | None = None,
     graph_prefix: str = "leak",
 ) -> list[LeakRecord]:
@@ -67,7 +68,9 @@ def build_records(
             obj = survivor.ref()
             if obj is not None:
                 try:
-                    retained_by = explain(obj, max_depth=chain_depth).text()
+                    retained_by = explain(
+                        obj, max_depth=chain_depth, budget_s=chain_budget_s
+                    ).text()
                     if graphs_dir is not None:
                         write_graph(obj, graphs_dir, f"{graph_prefix}-{index + 1}", chain_depth)
                 finally:

@@ -26,6 +26,7 @@ from pytest_eagersession.survivors import AllowFilter, AllowPredicate, Survivor
 from pytest_eagersession.tracking import TRACKER, CycleCollector, Ownership, make_op_callback
 
 if TYPE_CHECKING:
+    from pytest_eagersession.assertions import RunGrowth
     from pytest_eagersession.operations import EagerOperationBuilder
 
 #: How long ``close()`` waits for the background cleaner to stop.
@@ -366,7 +367,8 @@ class EagerSession:
             try:
                 item = garbage.get(timeout=CLEANER_POLL_S if innermost else _IDLE_POLL_S)
             except queue.Empty:
-                if innermost:
+                # Look again: another session may have become the innermost during the wait.
+                if innermost and TRACKER.is_innermost(self):
                     self._collect_cycles_if_grown()
                 continue
             if item is _STOP:
@@ -561,6 +563,31 @@ class EagerSession:
     def detach(self, obj: object) -> None:
         """Declare ``obj`` expected to outlive the session: not reported, not destroyed."""
         self._detached[id(obj)] = weakref.ref(obj)
+
+    def assert_no_leaks(self, since: int = 0, *, allow: AllowFilter | None = None) -> None:
+        """Fail if what was made after checkpoint ``since`` is still alive (the plugin's report).
+
+        See ``pytest_eagersession.assertions.assert_no_leaks``; raises ``LeakAssertionError``.
+        """
+        from pytest_eagersession.assertions import assert_no_leaks
+
+        assert_no_leaks(self, since=since, allow=allow)
+
+    def assert_no_growth(
+        self,
+        fn: Callable[[], object],
+        *,
+        warmup: int = 2,
+        runs: int = 5,
+        allow: AllowFilter | None = None,
+    ) -> tuple[RunGrowth, ...]:
+        """Call ``fn`` repeatedly in this session; fail if each run leaves objects alive.
+
+        See ``pytest_eagersession.assertions.assert_no_growth``; raises ``GrowthError``.
+        """
+        from pytest_eagersession.assertions import assert_no_growth
+
+        return assert_no_growth(fn, warmup=warmup, runs=runs, session=self, allow=allow)
 
     def _is_detached(self, obj: object) -> bool:
         ref = self._detached.get(id(obj))

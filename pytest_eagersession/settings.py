@@ -19,6 +19,8 @@ DEFAULT_MAX_LEAKS = 3
 VERBOSE_MAX_LEAKS = 20
 DEFAULT_CHAIN_DEPTH = 10
 VERBOSE_CHAIN_DEPTH = 20
+DEFAULT_CHAIN_BUDGET_S = 0.5
+VERBOSE_CHAIN_BUDGET_S = 2.0
 
 
 class SettingsError(ValueError):
@@ -55,6 +57,7 @@ class Settings:
     track_creation: bool = False
     max_leaks: int = DEFAULT_MAX_LEAKS
     chain_depth: int = DEFAULT_CHAIN_DEPTH
+    chain_budget_s: float = DEFAULT_CHAIN_BUDGET_S
     json_path: str | None = None
     graphs_dir: str | None = None
 
@@ -101,6 +104,7 @@ def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], *, verbosity: int = 
         if max_leaks is not None
         else (VERBOSE_MAX_LEAKS if verbose else DEFAULT_MAX_LEAKS),
         chain_depth=VERBOSE_CHAIN_DEPTH if verbose else DEFAULT_CHAIN_DEPTH,
+        chain_budget_s=VERBOSE_CHAIN_BUDGET_S if verbose else DEFAULT_CHAIN_BUDGET_S,
         json_path=pick("json"),
         graphs_dir=pick("graphs"),
     )

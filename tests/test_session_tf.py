@@ -61,7 +61,7 @@ def test_device_placement_policy_applies_to_op_builder_ops() -> None:
 def test_config_after_tensorflow_started_is_a_clear_error() -> None:
     tf.constant(1.0)  # the context is initialized now
     config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=3)
-    with pytest.raises(RuntimeError, match="already initialized.*before any TensorFlow op"):
+    with pytest.raises(RuntimeError, match=r"already initialized.*before any TensorFlow op"):
         EagerSession.options().config(config).build()
 
 
