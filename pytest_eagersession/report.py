@@ -25,6 +25,10 @@ _KIND_ORDER = {
 }
 
 
+# Kinds whose TensorFlow resource the session can release while the Python object lives on.
+_RESOURCE_OWNERS = frozenset({"variable", "iterator", "table", "resource"})
+
+
 @dataclass(frozen=True)
 class LeakRecord:
     """One leaked object as text: what it is, what made it, the scope it outlived, who holds it."""
@@ -115,8 +119,12 @@ def render(
             f"  ({unexplained} more not traced, to bound the time spent; -v or "
             "--eagersession-max-leaks traces more)"
         )
-    if destroyed:
-        lines.append("Their resources were destroyed at the end of the scope; using them fails.")
+    holders = sorted({r.kind for r in records if r.kind in _RESOURCE_OWNERS}, key=_KIND_ORDER.get)
+    if destroyed and holders:
+        lines.append(
+            f"The {', '.join(holders)} objects were cut off their TensorFlow resources at the end "
+            "of the scope: using them now fails."
+        )
     lines.append(
         "Expected? Allow it with @pytest.mark.cleanup(allow=...) or "
         "eager_session.detach(obj); creation sites: --eagersession-track-creation."

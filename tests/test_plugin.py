@@ -145,7 +145,8 @@ def test_leaked_variable_is_destroyed(pytester: pytest.Pytester) -> None:
             "*ERROR at teardown of test_keep_variable*",
             "*1. variable: ResourceVariable 'Variable' float32[[]2] 8 B*",
             "*held by test_var.Holder.var -> ResourceVariable*",
-            "*Their resources were destroyed at the end of the scope; using them fails.*",
+            "*The variable objects were cut off their TensorFlow resources at the end of the "
+            "scope: using them now fails.*",
         ]
     )
     result.stdout.fnmatch_lines(
