@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 MIB = 1024 * 1024
 
@@ -22,7 +23,7 @@ def rss_bytes() -> int:
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def op_builder_loop(strategy: str, n: int, m: int) -> dict[str, float]:
+def op_builder_loop(strategy: str, n: int, m: int) -> dict[str, Any]:
     import time
 
     import tensorflow as tf
@@ -38,20 +39,23 @@ def op_builder_loop(strategy: str, n: int, m: int) -> dict[str, float]:
     base = rss_bytes()
     peak_rss = 0
     peak_refs = 0
+    series = []
     operations = []
     for _ in range(m):
         operations = [
             session.op_builder("Fill").add_input([side, side]).add_input(tf.constant(1.0)).build()
             for _ in range(n)
         ]
-        peak_rss = max(peak_rss, rss_bytes() - base)
+        growth = rss_bytes() - base
+        series.append(growth / MIB)
+        peak_rss = max(peak_rss, growth)
         peak_refs = max(peak_refs, session.stats().registered)
     del operations
     session.close()
-    return {"peak_rss_mib": peak_rss / MIB, "peak_live_outputs": peak_refs}
+    return {"peak_rss_mib": peak_rss / MIB, "peak_live_outputs": peak_refs, "series": series}
 
 
-def cyclic_loop(strategy: str, m: int) -> dict[str, float]:
+def cyclic_loop(strategy: str, m: int) -> dict[str, Any]:
     import tensorflow as tf
 
     from pytest_eagersession import EagerSession
@@ -68,20 +72,23 @@ def cyclic_loop(strategy: str, m: int) -> dict[str, float]:
     latest = step()
     base = rss_bytes()
     peak = 0
+    series = []
     session = None
     if strategy != "none":
         session = EagerSession.options().resource_cleanup_strategy(strategy).build()
         session.activate()
     for _ in range(m):
         latest = step()
-        peak = max(peak, rss_bytes() - base)
+        growth = rss_bytes() - base
+        series.append(growth / MIB)
+        peak = max(peak, growth)
     collections = 0
     if session is not None:
         collections = session.stats().cycle_collections
         session.deactivate()
         session.close()
     del latest
-    return {"peak_rss_mib": peak / MIB, "cycle_collections": collections}
+    return {"peak_rss_mib": peak / MIB, "cycle_collections": collections, "series": series}
 
 
 def child(args: argparse.Namespace) -> None:
@@ -92,7 +99,7 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps(result))
 
 
-def run_child(experiment: str, strategy: str, args: argparse.Namespace) -> dict[str, float]:
+def run_child(experiment: str, strategy: str, args: argparse.Namespace) -> dict[str, Any]:
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", TF_CPP_MIN_LOG_LEVEL="3")
     command = [
         sys.executable,
@@ -130,7 +137,7 @@ def main() -> None:
     print(f"n*m experiment: {n} ops of 4 MiB per iteration, {m} iterations, last iteration kept")
     print(f"(about {4 * n} MiB with cleanup, {4 * n * m} MiB without)\n")
     print(f"{'strategy':<18} {'peak RSS growth':>16} {'peak live outputs':>18}")
-    results: dict[str, dict[str, dict[str, float]]] = {"ops": {}, "cycles": {}}
+    results: dict[str, dict[str, dict[str, Any]]] = {"ops": {}, "cycles": {}}
     for strategy in strategies:
         result = run_child("ops", strategy, args)
         results["ops"][strategy] = result

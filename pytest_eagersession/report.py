@@ -119,7 +119,9 @@ def render(
             f"  ({unexplained} more not traced, to bound the time spent; -v or "
             "--eagersession-max-leaks traces more)"
         )
-    holders = sorted({r.kind for r in records if r.kind in _RESOURCE_OWNERS}, key=_KIND_ORDER.get)
+    holders = sorted(
+        {r.kind for r in records if r.kind in _RESOURCE_OWNERS}, key=lambda kind: _KIND_ORDER[kind]
+    )
     if destroyed and holders:
         lines.append(
             f"The {', '.join(holders)} objects were cut off their TensorFlow resources at the end "

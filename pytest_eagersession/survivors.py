@@ -10,6 +10,7 @@ import collections
 import contextlib
 import dataclasses
 import gc
+import itertools
 import re
 import sys
 import threading
@@ -273,6 +274,9 @@ class _GraphOwnedGradient:
         return function(*args, **kwargs)
 
 
+_registry_scanned = [0]
+
+
 def release_custom_gradients() -> int:
     """Let each graph own the gradient functions ``tf.custom_gradient`` registered for it.
 
@@ -288,8 +292,13 @@ def release_custom_gradients() -> int:
     registry = getattr(getattr(ops, "_gradient_registry", None), "_registry", None)
     if not isinstance(registry, dict):
         return 0
+    # The registry only grows, in insertion order, and an entry's graph never changes: each
+    # close looks only at the entries registered since the last one.
+    start = _registry_scanned[0] if _registry_scanned[0] <= len(registry) else 0
+    fresh = list(itertools.islice(registry.items(), start, None))
+    _registry_scanned[0] = start + len(fresh)
     moved = 0
-    for name, entry in list(registry.items()):
+    for name, entry in fresh:
         if not (isinstance(name, str) and name.startswith("CustomGradient-")):
             continue
         function = entry.get("type") if isinstance(entry, dict) else None
