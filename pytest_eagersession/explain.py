@@ -8,7 +8,6 @@ keeps the object.
 
 from __future__ import annotations
 
-import collections
 import gc
 import sys
 import time
@@ -83,6 +82,10 @@ def explain(obj: object, *, max_depth: int = 10, budget_s: float = 0.5) -> Expla
         del chain
 
 
+#: How many objects one ``gc.get_referrers`` call asks about (it compares each against all).
+_BATCH = 64
+
+
 def _backref_chain(
     obj: object,
     is_root: Callable[[object], bool],
@@ -90,38 +93,47 @@ def _backref_chain(
     deadline: float,
     ignore_ids: set[int],
 ) -> tuple[list[Any] | None, bool]:
-    """Breadth-first search from ``obj`` up its referrers to a root; ``(chain, timed_out)``."""
-    queue: collections.deque[Any] = collections.deque([obj])
-    depth = {id(obj): 0}
+    """Breadth-first search from ``obj`` up its referrers to a root; ``(chain, timed_out)``.
+
+    Level by level, like objgraph's, but one heap scan serves up to ``_BATCH`` objects of a
+    level instead of one: a chain of 17 links took 0.5 s one object at a time.
+    """
     parent: dict[int, Any] = {id(obj): None}
+    level: list[Any] = [obj]
     ignore = set(ignore_ids)
-    ignore.update((id(queue), id(depth), id(parent), id(ignore), id(sys._getframe())))
+    ignore.update((id(parent), id(ignore), id(sys._getframe())))
     try:
-        while queue:
-            if time.perf_counter() > deadline:
-                return None, True
-            target = queue.popleft()
-            if target is not obj and is_root(target):
-                chain = [target]
-                while parent[id(chain[-1])] is not None:
-                    chain.append(parent[id(chain[-1])])
-                return chain, False
-            target_depth = depth[id(target)]
-            if target_depth >= max_depth:
-                continue
-            referrers = gc.get_referrers(target)
-            ignore.add(id(referrers))
-            for source in referrers:
-                key = id(source)
-                if key in ignore or key in depth:
-                    continue
-                depth[key] = target_depth + 1
-                parent[key] = target
-                queue.append(source)
-            del referrers
+        for _ in range(max_depth):
+            ignore.add(id(level))
+            following: list[Any] = []
+            ignore.add(id(following))
+            for start in range(0, len(level), _BATCH):
+                if time.perf_counter() > deadline:
+                    return None, True
+                batch = level[start : start + _BATCH]
+                wanted = {id(item) for item in batch}
+                referrers = gc.get_referrers(*batch)
+                ignore.update((id(batch), id(referrers)))
+                for source in referrers:
+                    key = id(source)
+                    if key in ignore or key in parent:
+                        continue
+                    child = next((c for c in gc.get_referents(source) if id(c) in wanted), None)
+                    if child is None:
+                        continue
+                    parent[key] = child
+                    if is_root(source):
+                        chain = [source]
+                        while parent[id(chain[-1])] is not None:
+                            chain.append(parent[id(chain[-1])])
+                        return chain, False
+                    following.append(source)
+                del referrers, batch
+            if not following:
+                return None, False
+            level = following
         return None, False
     finally:
-        queue.clear()
         parent.clear()
 
 

@@ -230,6 +230,12 @@ class EagerSessionManager:
                 "stats": _stats_json(session),
                 "leaks": [record.to_json() for record in records],
             }
+            # pytest keeps every item to the end of the run: keep nothing of ours on it
+            del item.stash[_RECORDS_KEY]
+            if _SESSION_KEY in item.stash:
+                del item.stash[_SESSION_KEY]
+            if _POLICY_KEY in item.stash:
+                del item.stash[_POLICY_KEY]
             report.user_properties.append(("eagersession", json.dumps(payload)))
             for record in records:
                 text = record.summary
