@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-CONFTEST = '''
+CONFTEST = """
 import json, os
 
 _SAMPLES = []
@@ -38,7 +38,7 @@ def pytest_runtest_logfinish(nodeid, location):
 def pytest_sessionfinish(session):
     with open(os.environ["BOOKKEEPING_OUT"], "w") as handle:
         json.dump(_SAMPLES, handle)
-'''
+"""
 
 TEST = """
 def test_{index}():

@@ -1,6 +1,6 @@
 """What explaining a leak costs: finding its holders' chain in a heap with TensorFlow and Keras.
 
-    python benchmarks/explain_cost.py [--repeats 5] [--json PATH]
+python benchmarks/explain_cost.py [--repeats 5] [--json PATH]
 """
 
 from __future__ import annotations

@@ -45,15 +45,18 @@ def write_plain_suite(folder: Path, count: int) -> None:
 def write_testcase_suite(folder: Path, count: int, *, decorated: bool) -> None:
     decorator = "@test_util.assert_no_new_tensors" if decorated else ""
     methods = "".join(TF_TEST.format(index=i, decorator=decorator) for i in range(count))
-    body = textwrap.dedent(
-        """
+    body = (
+        textwrap.dedent(
+            """
         import tensorflow as tf
         from tensorflow.python.framework import test_util
 
 
         class SmallTests(tf.test.TestCase):
         """
-    ) + methods
+        )
+        + methods
+    )
     (folder / "test_generated.py").write_text(body)
 
 

@@ -8,7 +8,17 @@ STAMP="$VENV/.installed-$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
 if [ ! -f "$STAMP" ]; then
     echo "setting up $VENV (TensorFlow is large: about a minute)" >&2
     rm -rf "$VENV"
-    "$PYTHON" -m venv "$VENV"
+    if ! "$PYTHON" -m venv "$VENV" >/dev/null 2>&1; then
+        # Debian ships venv's pip bootstrap separately (python3-venv): install it when we can.
+        rm -rf "$VENV"
+        if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+            apt-get update -qq && apt-get install -y -qq "python3-venv" >/dev/null
+        fi
+        "$PYTHON" -m venv "$VENV" || {
+            echo "cannot create a virtual environment: install python3-venv" >&2
+            exit 1
+        }
+    fi
     "$VENV/bin/python" -m pip install --quiet --upgrade pip 2>&1 | grep -v "^WARNING: Location" >&2 || true
     "$VENV/bin/python" -m pip install --quiet -e "$ROOT[cpu,dev]" 2>&1 | grep -v "^WARNING: Location" >&2 || true
     "$VENV/bin/python" -c "import tensorflow, objgraph, pytest_eagersession" 2>/dev/null \
