@@ -23,19 +23,19 @@ def is_loaded() -> bool:
 
 def tensorflow() -> ModuleType:
     """Import TensorFlow, or raise ``TensorFlowMissingError`` saying how to install it."""
-    module = sys.modules.get("tensorflow")
-    if module is not None and hasattr(module, "__version__"):
-        return module
-    try:
-        import tensorflow as tf
+    tf_module = sys.modules.get("tensorflow")
+    if tf_module is None or not hasattr(tf_module, "__version__"):
+        try:
+            import tensorflow as tf
 
-        tf_module: ModuleType = tf
-    except ImportError as error:
-        raise TensorFlowMissingError(
-            f"pytest-eagersession needs TensorFlow {_version_text(MINIMUM_VERSION)} or newer, "
-            f"and `import tensorflow` failed ({error}); {_INSTALL_HINT}"
-        ) from error
-    found = _parse_version(getattr(tf_module, "__version__", "0"))
+            tf_module = tf
+        except ImportError as error:
+            raise TensorFlowMissingError(
+                f"pytest-eagersession needs TensorFlow {_version_text(MINIMUM_VERSION)} or "
+                f"newer, and `import tensorflow` failed ({error}); {_INSTALL_HINT}"
+            ) from error
+    # Checked whoever imported it: an older TensorFlow that other code imported first is no better.
+    found = _parse_version(str(getattr(tf_module, "__version__", "0")))
     if found < MINIMUM_VERSION:
         raise TensorFlowMissingError(
             f"pytest-eagersession needs TensorFlow {_version_text(MINIMUM_VERSION)} or newer, "

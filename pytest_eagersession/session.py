@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import queue
+import sys
 import threading
 import warnings
 import weakref
@@ -183,6 +185,8 @@ class EagerSession:
         self._registry: dict[int, NativeReference] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._closing_thread: int | None = None
+        self._close_done = threading.Event()
         self._is_default = False
         self._peak_registered = 0
         self._deleted = 0
@@ -413,17 +417,43 @@ class EagerSession:
         return self._close()
 
     def _close(self) -> tuple[Survivor, ...]:
+        me = threading.get_ident()
         with self._lock:
-            if self._closed:
-                return self._survivors or ()
-            self._closed = True
+            # A close that an exception cut short (KeyboardInterrupt, a timeout's signal, a
+            # deleter raising one) left work undone: the next close() does it.
+            cut_short = self._closed and self._survivors is None and self._close_done.is_set()
+            closing = self._closing_thread if self._closed and not cut_short else None
+            if closing is None:
+                self._closed = True
+                self._closing_thread = me
+                self._close_done.clear()
+        if closing is not None:
+            # Another thread is closing: return once its cleanup is done, with what it found
+            # (the closing thread itself, from a deleter, must not wait for itself).
+            if closing != me:
+                self._close_done.wait()
+            return self._survivors or ()
+        try:
+            return self._close_now()
+        finally:
+            self._close_done.set()
+
+    def _close_now(self) -> tuple[Survivor, ...]:
+        if self._cleaner is not None:
+            self._garbage_queue.put(_STOP)  # first: however close ends, the cleaner stops
         _OPEN_SESSIONS.discard(self)
         self._deactivate_everywhere()
-        self._stop_cleaner()
+        self._join_cleaner()
         failures: list[str] = []
+        async_error: Exception | None = None
         try:
             if self._executor is not None:
-                self._executor.wait()
+                try:
+                    self._executor.wait()
+                except Exception as error:  # an op failed asynchronously: raise after cleanup
+                    async_error = error
+                    with contextlib.suppress(Exception):
+                        self._executor.clear_error()
             with self._lock:
                 remaining = list(self._registry.values())
             for reference in remaining:
@@ -445,14 +475,18 @@ class EagerSession:
             self._ownership.clear()
             self._detached.clear()
         _report_failures(failures)
+        if async_error is not None:
+            raise async_error
         return self._survivors
 
     def _stop_cleaner(self) -> None:
+        if self._cleaner is not None:
+            self._garbage_queue.put(_STOP)
+            self._join_cleaner()
+
+    def _join_cleaner(self) -> None:
         cleaner = self._cleaner
-        if cleaner is None:
-            return
-        self._garbage_queue.put(_STOP)
-        if cleaner is not threading.current_thread():
+        if cleaner is not None and cleaner is not threading.current_thread():
             cleaner.join(CLEANER_JOIN_TIMEOUT_S)
 
     def _discard_queue(self) -> None:
@@ -520,7 +554,7 @@ class EagerSession:
                 TRACKER.pop(session)
             finally:
                 stack.close()
-        if TRACKER.is_active(self):  # active in another thread: stop owning for it
+        while TRACKER.is_active(self):  # active in other threads: stop owning for each
             TRACKER.pop(self)
 
     def __enter__(self) -> EagerSession:
@@ -534,9 +568,22 @@ class EagerSession:
     ) -> None:
         if self._closed:
             return
-        self.deactivate()
-        if not self._is_default:
+        try:
+            self.deactivate()
+        finally:
+            if not self._is_default:
+                self._close_after_block(exc)
+
+    def _close_after_block(self, exc: BaseException | None) -> None:
+        """Close at the end of a ``with`` block; an error of the block itself stays the one seen."""
+        if exc is None:
             self._close()
+            return
+        try:
+            self._close()
+        except Exception as error:  # an async op's error, a cleanup warning turned into an error
+            if sys.version_info >= (3, 11):
+                exc.add_note(f"while closing {self!r}: {type(error).__name__}: {error}")
 
     # ----------------------------------------------------------------- survivors
 
@@ -637,9 +684,9 @@ class _ContextAccess:
         return self._context
 
     def executor_new(self, *, enable_async: bool) -> Any:
+        self._module()  # first: without TensorFlow, the error that says what to install
         from tensorflow.python.eager import executor
 
-        self._module()
         return executor.new_executor(enable_async)
 
     def executor_scope(self, executor: Any) -> contextlib.AbstractContextManager[None]:
@@ -686,3 +733,16 @@ def _close_sessions_left_open() -> None:
     for session in list(_OPEN_SESSIONS):
         with contextlib.suppress(Exception):
             session._close()
+
+
+def _abandon_sessions_after_fork() -> None:
+    """A forked child inherits the parent's sessions but not their threads: they are not its own.
+
+    Closing them at the child's exit would run the parent's deleters (and TensorFlow, which is
+    not fork-safe) in the child; the parent still owns and closes them.
+    """
+    _OPEN_SESSIONS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_abandon_sessions_after_fork)

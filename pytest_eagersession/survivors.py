@@ -79,7 +79,7 @@ def check_allow_filter(allowed: AllowFilter | None) -> AllowPredicate | None:
         if isinstance(item, str):
             try:
                 pattern = re.compile(item)
-            except re.error as error:
+            except (re.error, OverflowError, RecursionError) as error:  # a{99999999999}, ((((...
                 raise ValueError(
                     f"allow pattern {item!r} is not a regular expression: {error}"
                 ) from None
