@@ -68,7 +68,7 @@ def explain(obj: object, *, max_depth: int = 10, budget_s: float = 0.5) -> Expla
             return _is_proper_module(candidate)
         return isinstance(candidate, types.FrameType) and id(candidate) not in own_frames
 
-    chain, timed_out = _backref_chain(obj, is_root, max_depth, started + budget_s, own_frames)
+    chain, timed_out = backref_chain(obj, is_root, max_depth, started + budget_s, own_frames)
     seconds = time.perf_counter() - started
     try:
         if chain is None:
@@ -86,7 +86,7 @@ def explain(obj: object, *, max_depth: int = 10, budget_s: float = 0.5) -> Expla
 _BATCH = 64
 
 
-def _backref_chain(
+def backref_chain(
     obj: object,
     is_root: Callable[[object], bool],
     max_depth: int,
@@ -171,10 +171,12 @@ def render_chain(chain: Sequence[Any]) -> str:
         index += 1
     if len(chain) == 1:
         return parts[0]
+    last_name = type(chain[-1]).__name__
+    if parts[-1] == f"({last_name})":  # an unnamed last link: the type alone ends the chain
+        parts[-1] = last_name
     text = " -> ".join(parts)
-    last = chain[-1]
-    if not text.endswith(type(last).__name__):
-        text += f" -> {type(last).__name__}"
+    if not text.endswith(last_name):
+        text += f" -> {last_name}"
     return text
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from pytest_eagersession.assertions import EagerChecks
 from pytest_eagersession.kinds import format_bytes, tensorflow_ready
 from pytest_eagersession.report import LeakRecord, build_records, render, write_json
 from pytest_eagersession.session import EagerSession
@@ -37,6 +38,7 @@ _SESSION_KEY = pytest.StashKey[EagerSession]()
 _POLICY_KEY = pytest.StashKey[TestPolicy]()
 _RECORDS_KEY = pytest.StashKey[list[LeakRecord]]()
 _CALL_FAILED_KEY = pytest.StashKey[bool]()
+_MEASURED_KEY = pytest.StashKey[dict[str, Any]]()
 _PLUGIN_NAME = "eagersession-manager"
 
 _WIDER_SCOPES = ("class", "module", "package", "session")
@@ -156,16 +158,16 @@ class EagerSessionManager:
         self._settings = settings
         self._scope_sessions: dict[str, tuple[EagerSession, TestPolicy]] = {}
         self._scope_values: dict[str, list[object]] = {}
-        self._current_item: pytest.Item | None = None
+        self._test_session: EagerSession | None = None
         self._ending_scopes: list[tuple[str, str]] | None = None
         self._results: dict[str, dict[str, Any]] = {}
+        self._json_error: str | None = None
 
     # ------------------------------------------------------------- the test's own session
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, None, None]:
         """Open and activate the test's session before its first fixture."""
-        self._current_item = item
         message: str | None = None
         try:
             policy = policy_for(self._settings, _marks(item))
@@ -173,16 +175,51 @@ class EagerSessionManager:
             message = str(error)
         if message is not None:
             # Let pytest set up as usual, so that its teardown finds what it expects; a fixture
-            # that fails for want of the session (eager_session) is not the cause.
-            with contextlib.suppress(Exception):
+            # that fails for want of the session (eager_session, class_eager_session) is not
+            # the cause.
+            with contextlib.suppress(Exception, pytest.fail.Exception):
                 yield
             pytest.fail(message, pytrace=False)
         item.stash[_POLICY_KEY] = policy
         item.stash[_RECORDS_KEY] = []
         session = _build(policy).build()
         item.stash[_SESSION_KEY] = session
+        self._test_session = session  # closed at the end of the run if teardown never comes
         session.activate()
         return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        """Count the body's tf.function traces and measure its peak bytes, against its limits.
+
+        Only the body: what fixtures make or trace, which depends on the order tests run in,
+        is not counted. Bytes are measured for the JSON report too, when one is written.
+        """
+        policy = item.stash.get(_POLICY_KEY, None)
+        if policy is None:
+            return (yield)
+        json_wanted = self._settings.json_path is not None
+        if policy.max_traces is None and policy.max_bytes is None and not json_wanted:
+            return (yield)
+        checks = EagerChecks(
+            max_traces=policy.max_traces,
+            max_bytes=policy.max_bytes,
+            leaks=False,  # the session's close reports leaks, after the fixtures' teardown
+            measure_bytes=json_wanted,
+            where=item.nodeid,
+        ).start()
+        try:
+            result = yield
+        except BaseException:
+            checks.finish(check=False)
+            item.stash[_MEASURED_KEY] = checks.to_json()
+            raise
+        errors = checks.finish()
+        item.stash[_MEASURED_KEY] = checks.to_json()
+        del checks
+        if errors:
+            pytest.fail("\n\n".join(str(error) for error in errors), pytrace=False)
+        return result
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_teardown(
@@ -194,21 +231,32 @@ class EagerSessionManager:
         finalizers ran: until then the item's ``funcargs`` hold every fixture's value.
         """
         self._ending_scopes = []
+        teardown_failed = True
         try:
-            return (yield)
+            result = yield
+            teardown_failed = False
+            return result
         finally:
             ending, self._ending_scopes = self._ending_scopes, None
-            self._current_item = None
             funcargs = getattr(item, "funcargs", None)
             if isinstance(funcargs, dict):
                 funcargs.clear()  # pytest drops them right after this hook; they are torn down
             failures: list[str] = []
-            with _collect_failures(failures):
-                self._finish_test_session(item)
+            errors: list[Exception] = []
+            with _collect_failures(failures, errors):
+                self._finish_test_session(item, teardown_failed=teardown_failed)
             for key, scope in ending:
-                with _collect_failures(failures):
+                with _collect_failures(failures, errors):
                     self._close_scope(key, scope, item)
-            if failures:
+            if teardown_failed:
+                # A fixture's teardown raised: its error is the one pytest shows, in full.
+                # Ours go beside it, in a section of that report, instead of replacing it.
+                failures.extend(f"{type(error).__name__}: {error}" for error in errors)
+                if failures:
+                    item.add_report_section("teardown", "eagersession", "\n\n".join(failures))
+            elif errors:
+                raise errors[0]
+            elif failures:
                 pytest.fail("\n\n".join(failures), pytrace=False)
 
     @pytest.hookimpl(wrapper=True)
@@ -225,10 +273,12 @@ class EagerSessionManager:
             records = item.stash[_RECORDS_KEY]
             session = item.stash.get(_SESSION_KEY, None)
             policy = item.stash.get(_POLICY_KEY, None)
+            measured: dict[str, Any] = item.stash.get(_MEASURED_KEY, {})
             payload = {
                 "strategy": policy.strategy.value if policy else None,
                 "stats": _stats_json(session),
                 "leaks": [record.to_json() for record in records],
+                **measured,
             }
             # pytest keeps every item to the end of the run: keep nothing of ours on it
             del item.stash[_RECORDS_KEY]
@@ -236,6 +286,8 @@ class EagerSessionManager:
                 del item.stash[_SESSION_KEY]
             if _POLICY_KEY in item.stash:
                 del item.stash[_POLICY_KEY]
+            if _MEASURED_KEY in item.stash:
+                del item.stash[_MEASURED_KEY]
             report.user_properties.append(("eagersession", json.dumps(payload)))
             for record in records:
                 text = record.summary
@@ -244,18 +296,21 @@ class EagerSessionManager:
                 report.user_properties.append(("eagersession_leak", text))
         return report
 
-    def _finish_test_session(self, item: pytest.Item) -> None:
+    def _finish_test_session(self, item: pytest.Item, *, teardown_failed: bool) -> None:
         session = item.stash.get(_SESSION_KEY, None)
         policy = item.stash.get(_POLICY_KEY, None)
         if session is None or policy is None or session.closed:
             return
         _clear_last_traceback()
-        failed_call = item.stash.get(_CALL_FAILED_KEY, False)
+        # A failed call or teardown keeps its frames' locals in its traceback: no leak report.
+        failed = item.stash.get(_CALL_FAILED_KEY, False) or teardown_failed
         survivors = session.close()
+        if session is self._test_session:
+            self._test_session = None  # closed: nothing left for the end of the run
         if not survivors or policy.leaks == "off":
             return
         leaks = self._leaks(survivors, policy)
-        if not leaks or failed_call:
+        if not leaks or failed:
             return  # a test that failed for its own reason shows only that
         self._report(item, "function", leaks, policy, suppress=False)
 
@@ -298,8 +353,8 @@ class EagerSessionManager:
     def _scope_ended(self, key: str, scope: str) -> None:
         if self._ending_scopes is not None:  # in a test's teardown: close after its fixtures
             self._ending_scopes.append((key, scope))
-        else:
-            self._close_scope(key, scope, self._current_item)
+        else:  # torn down at the end of an interrupted run: no test left to fail
+            self._close_scope(key, scope, None)
 
     def _close_scope(self, key: str, scope: str, item: pytest.Item | None) -> None:
         entry = self._scope_sessions.pop(key, None)
@@ -353,6 +408,7 @@ class EagerSessionManager:
         suppress: bool,
     ) -> None:
         settings = self._settings
+        graph_errors: list[str] = []
         records = build_records(
             leaks,
             scope,
@@ -361,6 +417,7 @@ class EagerSessionManager:
             chain_budget_s=settings.chain_budget_s,
             graphs_dir=settings.graphs_dir,
             graph_prefix=_safe_name(item.nodeid) + f"-{scope}",
+            graph_errors=graph_errors,
         )
         del leaks
         item.stash.setdefault(_RECORDS_KEY, []).extend(records)
@@ -372,6 +429,8 @@ class EagerSessionManager:
             destroyed=policy.leaks == "fail",
             strategy=policy.strategy.value,
         )
+        for error in graph_errors:
+            text += f"\nReference graphs not written to {settings.graphs_dir}: {error}"
         if suppress:
             return  # the test failed for its own reason: show only that
         if policy.leaks == "warn":
@@ -394,6 +453,8 @@ class EagerSessionManager:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """List the tests that leaked, with counts and bytes."""
+        if self._json_error is not None:
+            terminalreporter.write_line(self._json_error, red=True)
         leaky = [entry for entry in self._results.values() if entry.get("leaks")]
         if not leaky:
             return
@@ -408,6 +469,12 @@ class EagerSessionManager:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Close what is still open and write the JSON report (not on xdist workers)."""
+        interrupted, self._test_session = self._test_session, None
+        if interrupted is not None:
+            # The run stopped inside a test (KeyboardInterrupt, pytest.exit) before its teardown
+            # or while it closed the session: close() finishes what is left.
+            with contextlib.suppress(Exception):
+                interrupted.close()
         for key in list(self._scope_sessions):
             scope_session, policy = self._scope_sessions.pop(key)
             self._scope_values.pop(key, None)
@@ -420,12 +487,11 @@ class EagerSessionManager:
             return
         try:
             write_json(path, self._results.values())
-        except OSError as error:
-            terminal = self._config.pluginmanager.get_plugin("terminalreporter")
-            if terminal is not None:
-                terminal.write_line(
-                    f"eagersession: could not write the JSON report to {path}: {error}", red=True
-                )
+        except (OSError, ValueError) as error:
+            # Said in the terminal summary, after the results it does not change.
+            self._json_error = f"eagersession: could not write the JSON report to {path}: {error}"
+            if self._config.pluginmanager.get_plugin("terminalreporter") is None:
+                sys.stderr.write(self._json_error + "\n")
 
 
 # ----------------------------------------------------------------- fixtures
@@ -521,12 +587,14 @@ def _clear_last_traceback() -> None:
 
 
 @contextlib.contextmanager
-def _collect_failures(failures: list[str]) -> Generator[None, None, None]:
-    """Note a ``pytest.fail`` message and carry on, so that every session gets closed."""
+def _collect_failures(failures: list[str], errors: list[Exception]) -> Generator[None, None, None]:
+    """Note a ``pytest.fail`` message or an error and carry on, so that every session closes."""
     try:
         yield
     except pytest.fail.Exception as failure:
         failures.append(str(failure.msg))
+    except Exception as error:
+        errors.append(error)
 
 
 def _safe_name(text: str) -> str:

@@ -14,7 +14,7 @@ from pytest_eagersession.kinds import format_bytes
 from pytest_eagersession.survivors import Survivor
 
 # Objects a user holds by name come first; tensors, which they often hold through them, last.
-_KIND_ORDER = {
+KIND_ORDER = {
     "variable": 0,
     "iterator": 1,
     "table": 2,
@@ -60,10 +60,15 @@ def build_records(
     chain_budget_s: float = 0.5,
     graphs_dir: str | None = None,
     graph_prefix: str = "leak",
+    graph_errors: list[str] | None = None,
 ) -> list[LeakRecord]:
-    """Records for ``survivors``, the first ``explain_limit`` of them with their holders' chain."""
+    """Records for ``survivors``, the first ``explain_limit`` of them with their holders' chain.
+
+    A graph that cannot be written (an unwritable folder, objgraph missing) costs the graphs
+    only: the reason goes to ``graph_errors`` once, and no more graphs are tried.
+    """
     ordered = sorted(
-        survivors, key=lambda s: (_KIND_ORDER.get(s.kind, 9), -(s.description.nbytes or 0))
+        survivors, key=lambda s: (KIND_ORDER.get(s.kind, 9), -(s.description.nbytes or 0))
     )
     records = []
     for index, survivor in enumerate(ordered):
@@ -76,7 +81,12 @@ def build_records(
                         obj, max_depth=chain_depth, budget_s=chain_budget_s
                     ).text()
                     if graphs_dir is not None:
-                        write_graph(obj, graphs_dir, f"{graph_prefix}-{index + 1}", chain_depth)
+                        try:
+                            write_graph(obj, graphs_dir, f"{graph_prefix}-{index + 1}", chain_depth)
+                        except Exception as error:
+                            graphs_dir = None
+                            if graph_errors is not None:
+                                graph_errors.append(_graph_error_text(error))
                 finally:
                     del obj
         description = survivor.description
@@ -120,7 +130,7 @@ def render(
             "--eagersession-max-leaks traces more)"
         )
     holders = sorted(
-        {r.kind for r in records if r.kind in _RESOURCE_OWNERS}, key=lambda kind: _KIND_ORDER[kind]
+        {r.kind for r in records if r.kind in _RESOURCE_OWNERS}, key=lambda kind: KIND_ORDER[kind]
     )
     if destroyed and holders:
         lines.append(
@@ -161,6 +171,12 @@ def write_graph(obj: object, folder: str, name: str, depth: int) -> list[str]:
         )
         written.append(png_path)
     return written
+
+
+def _graph_error_text(error: Exception) -> str:
+    if isinstance(error, ImportError) and error.name == "objgraph":
+        return "objgraph is not installed (pip install objgraph)"
+    return f"{type(error).__name__}: {error}"
 
 
 def _graph_filter(obj: object) -> bool:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_eagersession.assertions import parse_size
 from pytest_eagersession.strategies import ResourceCleanupStrategy
 from pytest_eagersession.survivors import AllowFilter, AllowPredicate, check_allow_filter
 
@@ -33,17 +34,26 @@ def cleanup(
     leaks: str | None = None,
     allow: AllowFilter | None = None,
     track_creation: bool | None = None,
+    max_traces: int | None = None,
+    max_bytes: int | str | None = None,
 ) -> None:
     """The signature of ``@pytest.mark.cleanup``; marks are bound against it."""
 
 
+MARKER_SIGNATURE = (
+    "cleanup(strategy=None, *, leaks=None, allow=None, track_creation=None, max_traces=None, "
+    "max_bytes=None)"
+)
+
 MARKER_HELP = (
-    "cleanup(strategy=None, *, leaks=None, allow=None, track_creation=None): run the test in "
+    f"{MARKER_SIGNATURE}: run the test in "
     "an eager session with this resource cleanup strategy (in_background, on_safe_points, "
     "on_session_close); leaks='fail'|'warn'|'off' says what a TensorFlow object that outlives "
     "the test does; allow= a regex (searched in the leak's summary), a predicate on a Survivor, "
     "or a list of those, for expected survivors; track_creation=True records the op and line "
-    "that made each object."
+    "that made each object; max_traces=N fails the test when one of its tf.functions traces "
+    "more than N times; max_bytes='64 MiB' fails it when its peak of tracked TensorFlow bytes "
+    "(or of a GPU's memory) passes that size."
 )
 
 
@@ -70,6 +80,10 @@ class TestPolicy:
     leaks: str
     allow: AllowPredicate | None = field(compare=False)
     track_creation: bool
+    max_traces: int | None = None
+    """The most traces any one tf.function of the test's body may make."""
+    max_bytes: int | None = None
+    """The most tracked TensorFlow bytes (and GPU memory) the test's body may peak at."""
 
 
 def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], *, verbosity: int = 0) -> Settings:
@@ -78,9 +92,11 @@ def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], *, verbosity: int = 
     def pick(name: str) -> Any:
         value = cli.get(name)
         if value is None or value == []:
+            # A blank ini value means "not set"; a blank command-line value is a mistake
+            # (``--eagersession-strategy=$UNSET``), reported by the parsers below.
             value = ini.get(name)
-        if value in ("", [], None):
-            return None
+            if value in ("", [], None):
+                return None
         return value
 
     strategy = pick("strategy")
@@ -105,8 +121,8 @@ def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], *, verbosity: int = 
         else (VERBOSE_MAX_LEAKS if verbose else DEFAULT_MAX_LEAKS),
         chain_depth=VERBOSE_CHAIN_DEPTH if verbose else DEFAULT_CHAIN_DEPTH,
         chain_budget_s=VERBOSE_CHAIN_BUDGET_S if verbose else DEFAULT_CHAIN_BUDGET_S,
-        json_path=pick("json"),
-        graphs_dir=pick("graphs"),
+        json_path=_path(pick("json"), "--eagersession-json", "a file path"),
+        graphs_dir=_path(pick("graphs"), "--eagersession-graphs", "a folder path"),
     )
     check_allow_filter(list(settings.allow))
     return settings
@@ -122,10 +138,22 @@ def policy_for(
     strategy = values.get("strategy")
     leaks = values.get("leaks")
     track_creation = values.get("track_creation")
+    max_traces = values.get("max_traces")
+    max_bytes = values.get("max_bytes")
     allow_items: list[Any] = list(settings.allow)
     if values.get("allow") is not None:
         allowed = values["allow"]
-        allow_items.extend([allowed] if isinstance(allowed, str) or callable(allowed) else allowed)
+        if isinstance(allowed, str) or callable(allowed):
+            allow_items.append(allowed)
+        else:
+            try:
+                allow_items.extend(allowed)
+            except TypeError:
+                raise SettingsError(
+                    "@pytest.mark.cleanup(allow=...): allow takes a predicate on a Survivor, a "
+                    "regular expression searched in its summary, or a list of those; got "
+                    f"{type(allowed).__name__}"
+                ) from None
     try:
         predicate = check_allow_filter(allow_items) if allow_items else None
     except (TypeError, ValueError) as error:
@@ -141,6 +169,12 @@ def policy_for(
         track_creation=_marker_bool(track_creation)
         if track_creation is not None
         else settings.track_creation,
+        max_traces=parse_count(max_traces, "@pytest.mark.cleanup(max_traces=...)")
+        if max_traces is not None
+        else None,
+        max_bytes=parse_bytes(max_bytes, "@pytest.mark.cleanup(max_bytes=...)")
+        if max_bytes is not None
+        else None,
     )
 
 
@@ -150,8 +184,7 @@ def bind_marker(args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any
         bound = inspect.signature(cleanup).bind(*args, **kwargs)
     except TypeError as error:
         raise SettingsError(
-            f"@pytest.mark.cleanup: {error}; its signature is "
-            "cleanup(strategy=None, *, leaks=None, allow=None, track_creation=None)"
+            f"@pytest.mark.cleanup: {error}; its signature is {MARKER_SIGNATURE}"
         ) from None
     return {name: value for name, value in bound.arguments.items() if value is not None}
 
@@ -169,8 +202,8 @@ def parse_strategy(value: Any, where: str) -> ResourceCleanupStrategy:
 
 def parse_leaks(value: Any, where: str) -> str:
     """``fail``, ``warn`` or ``off``."""
-    text = value.strip().lower() if isinstance(value, str) else value
-    if text not in LEAK_MODES:
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text not in LEAK_MODES:  # not compared to anything but text: an odd object's == may raise
         raise SettingsError(f"{where}: unknown leaks mode {value!r}; choose one of fail, warn, off")
     return str(text)
 
@@ -191,11 +224,27 @@ def parse_count(value: Any, where: str) -> int:
     """A non-negative integer."""
     try:
         count = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         count = -1
     if count < 0 or isinstance(value, bool):
         raise SettingsError(f"{where}: expected a whole number of 0 or more, got {value!r}")
     return count
+
+
+def _path(value: Any, where: str, what: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise SettingsError(f"{where}: expected {what}, got {value!r}")
+    return value
+
+
+def parse_bytes(value: Any, where: str) -> int:
+    """A size in bytes: an int, or a number and a unit such as ``"64 MiB"``."""
+    try:
+        return parse_size(value)
+    except ValueError as error:
+        raise SettingsError(f"{where}: {error}") from None
 
 
 def _marker_bool(value: Any) -> bool:

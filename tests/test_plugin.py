@@ -28,7 +28,10 @@ from pytest_eagersession import SessionStats
 pytestmark = pytest.mark.cleanup(leaks="off")
 
 CHOICES = "*: unknown strategy *; choose one of in_background, on_safe_points, on_session_close*"
-SIGNATURE = "cleanup(strategy=None, *, leaks=None, allow=None, track_creation=None)"
+SIGNATURE = (
+    "cleanup(strategy=None, *, leaks=None, allow=None, track_creation=None, max_traces=None, "
+    "max_bytes=None)"
+)
 
 LEAKY = """
     import tensorflow as tf
@@ -698,7 +701,15 @@ def test_json_report(pytester: pytest.Pytester) -> None:
         "test_json.py::test_clean",
     ]
     for entry in tests.values():
-        assert set(entry) == {"nodeid", "outcome", "strategy", "stats", "leaks"}
+        assert set(entry) == {
+            "nodeid",
+            "outcome",
+            "strategy",
+            "stats",
+            "leaks",
+            "peak_bytes",
+            "device_peak_bytes",
+        }
         assert set(entry["stats"]) == _stats_fields()
         assert all(isinstance(value, int) for value in entry["stats"].values())
 
