@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import time
 import weakref
 from collections.abc import Callable, Iterator
 
 import pytest
 import tensorflow as tf
+from support import wait_until
 
 from pytest_eagersession import (
     EagerSession,
@@ -23,15 +23,6 @@ from pytest_eagersession.operations import EagerOperation, EagerOperationBuilder
 IN_BACKGROUND = ResourceCleanupStrategy.IN_BACKGROUND
 ON_SAFE_POINTS = ResourceCleanupStrategy.ON_SAFE_POINTS
 ON_SESSION_CLOSE = ResourceCleanupStrategy.ON_SESSION_CLOSE
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 2.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.002)
-    return condition()
 
 
 @pytest.fixture

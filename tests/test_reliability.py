@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from support import wait_until as wait_for
 
 from pytest_eagersession import (
     DevicePlacementPolicy,
@@ -141,12 +142,7 @@ def build(strategy: ResourceCleanupStrategy, **options: Any) -> EagerSession:
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.002)
-    return condition()
+    return wait_for(condition, timeout)
 
 
 def run_threads(target: Callable[[int], None], count: int = THREADS) -> None:

@@ -9,6 +9,7 @@ import warnings
 from collections.abc import Callable, Iterator
 
 import pytest
+from support import wait_until
 
 from pytest_eagersession import (
     EagerSession,
@@ -42,15 +43,6 @@ class CountingReference(NativeReference):
     @property
     def deleted(self) -> bool:
         return self.deletions == 1
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 2.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.002)
-    return condition()
 
 
 @pytest.fixture
