@@ -32,7 +32,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from pytest_eagersession import _tf
 from pytest_eagersession.explain import (
@@ -60,6 +60,8 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+ProbeT = TypeVar("ProbeT")
+LimitT = TypeVar("LimitT")
 
 #: Runs before the measured ones, so that caches and lazy state are made first.
 DEFAULT_WARMUP = 2
@@ -788,24 +790,23 @@ def _retracing_hint(function: TracedFunction) -> str | None:
     )
 
 
-class TraceLimit:
-    """``assert_max_traces``'s context manager and decorator."""
+class _LimitBlock(Generic[ProbeT, LimitT]):
+    """A limit usable as ``with`` block (yielding its probe) and as a decorator."""
 
-    def __init__(self, limit: int, where: str | None) -> None:
-        self._limit = _check_limit(limit)
+    def __init__(self, limit: LimitT, where: str | None) -> None:
+        self._limit = limit
         self._where = where
-        self._counter: TraceCounter | None = None
+        self._probe: ProbeT | None = None
 
-    @property
-    def counter(self) -> TraceCounter:
-        """The counter of the latest ``with`` block."""
-        if self._counter is None:
-            raise RuntimeError("the block has not started yet")
-        return self._counter
+    def _begin(self) -> ProbeT:
+        raise NotImplementedError
 
-    def __enter__(self) -> TraceCounter:
-        self._counter = TraceCounter().start()
-        return self._counter
+    def _end(self, probe: ProbeT, *, check: bool) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> ProbeT:
+        self._probe = self._begin()
+        return self._probe
 
     def __exit__(
         self,
@@ -813,20 +814,44 @@ class TraceLimit:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        counter = self.counter
-        counter.stop()
-        if exc_type is None:
-            counter.check(self._limit, self._where or "The block")
+        if self._probe is not None:
+            self._end(self._probe, check=exc_type is None)
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         limit, where = self._limit, self._where or _callable_name(func)
+        block_type = type(self)
 
         @functools.wraps(func)
         def checked(*args: P.args, **kwargs: P.kwargs) -> R:
-            with TraceLimit(limit, where):
+            with block_type(limit, where):
                 return func(*args, **kwargs)
 
         return checked
+
+    def _started(self) -> ProbeT:
+        if self._probe is None:
+            raise RuntimeError("the block has not started yet")
+        return self._probe
+
+
+class TraceLimit(_LimitBlock[TraceCounter, int]):
+    """``assert_max_traces``'s context manager and decorator."""
+
+    def __init__(self, limit: int, where: str | None) -> None:
+        super().__init__(_check_limit(limit), where)
+
+    @property
+    def counter(self) -> TraceCounter:
+        """The counter of the latest ``with`` block."""
+        return self._started()
+
+    def _begin(self) -> TraceCounter:
+        return TraceCounter().start()
+
+    def _end(self, probe: TraceCounter, *, check: bool) -> None:
+        probe.stop()
+        if check:
+            probe.check(self._limit, self._where or "The block")
 
 
 def assert_max_traces(limit: int, *, where: str | None = None) -> TraceLimit:
@@ -1216,47 +1241,24 @@ def _remove_callback(callback: Callable[[str, dict[str, int]], None]) -> None:
             return
 
 
-class ByteLimit:
+class ByteLimit(_LimitBlock[ByteMeter, int]):
     """``max_bytes``'s context manager and decorator."""
 
     def __init__(self, limit: int | str, where: str | None) -> None:
-        self._limit = parse_size(limit)
-        self._where = where
-        self._meter: ByteMeter | None = None
+        super().__init__(parse_size(limit), where)
 
     @property
     def meter(self) -> ByteMeter:
         """The meter of the latest ``with`` block."""
-        if self._meter is None:
-            raise RuntimeError("the block has not started yet")
-        return self._meter
+        return self._started()
 
-    def __enter__(self) -> ByteMeter:
-        self._meter = ByteMeter(self._limit).start()
-        return self._meter
+    def _begin(self) -> ByteMeter:
+        return ByteMeter(self._limit).start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        meter = self._meter
-        if meter is None:
-            return
-        meter.stop()
-        if exc_type is None:
-            meter.check(self._where or "The block")
-
-    def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
-        limit, where = self._limit, self._where or _callable_name(func)
-
-        @functools.wraps(func)
-        def checked(*args: P.args, **kwargs: P.kwargs) -> R:
-            with ByteLimit(limit, where):
-                return func(*args, **kwargs)
-
-        return checked
+    def _end(self, probe: ByteMeter, *, check: bool) -> None:
+        probe.stop()
+        if check:
+            probe.check(self._where or "The block")
 
 
 def max_bytes(limit: int | str, *, where: str | None = None) -> ByteLimit:
