@@ -91,6 +91,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="leaks traced to their holders per scope (default 3; 20 with -v).",
     )
     group.addoption(
+        "--eagersession-chain-budget",
+        dest="eagersession_chain_budget",
+        default=None,
+        metavar="SECONDS",
+        help="time the search for one leak's holders may take (default 0.5; 2 with -v).",
+    )
+    group.addoption(
         "--eagersession-json",
         dest="eagersession_json",
         default=None,
@@ -113,6 +120,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "eagersession_track_creation", "record the op and line that made each object", default=""
     )
     parser.addini("eagersession_max_leaks", "leaks traced to their holders per scope", default="")
+    parser.addini(
+        "eagersession_chain_budget",
+        "seconds the search for one leak's holders may take",
+        default="",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -125,6 +137,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "allow": option.eagersession_allow,
         "track_creation": option.eagersession_track_creation,
         "max_leaks": option.eagersession_max_leaks,
+        "chain_budget": option.eagersession_chain_budget,
         "json": option.eagersession_json,
         "graphs": option.eagersession_graphs,
     }
@@ -134,6 +147,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "allow": config.getini("eagersession_allow"),
         "track_creation": config.getini("eagersession_track_creation"),
         "max_leaks": config.getini("eagersession_max_leaks"),
+        "chain_budget": config.getini("eagersession_chain_budget"),
     }
     try:
         settings = resolve(cli, ini, verbosity=config.get_verbosity())

@@ -7,6 +7,7 @@ No pytest here: the plugin hands in plain values and turns ``SettingsError`` int
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,6 +105,7 @@ def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], *, verbosity: int = 
     allow = pick("allow")
     track_creation = pick("track_creation")
     max_leaks = pick("max_leaks")
+    chain_budget = pick("chain_budget")
     verbose = verbosity > 0
     settings = Settings(
         strategy=parse_strategy(strategy, "--eagersession-strategy / eagersession_strategy")
@@ -120,7 +122,11 @@ def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], *, verbosity: int = 
         if max_leaks is not None
         else (VERBOSE_MAX_LEAKS if verbose else DEFAULT_MAX_LEAKS),
         chain_depth=VERBOSE_CHAIN_DEPTH if verbose else DEFAULT_CHAIN_DEPTH,
-        chain_budget_s=VERBOSE_CHAIN_BUDGET_S if verbose else DEFAULT_CHAIN_BUDGET_S,
+        chain_budget_s=parse_seconds(
+            chain_budget, "--eagersession-chain-budget / eagersession_chain_budget"
+        )
+        if chain_budget is not None
+        else (VERBOSE_CHAIN_BUDGET_S if verbose else DEFAULT_CHAIN_BUDGET_S),
         json_path=_path(pick("json"), "--eagersession-json", "a file path"),
         graphs_dir=_path(pick("graphs"), "--eagersession-graphs", "a folder path"),
     )
@@ -229,6 +235,17 @@ def parse_count(value: Any, where: str) -> int:
     if count < 0 or isinstance(value, bool):
         raise SettingsError(f"{where}: expected a whole number of 0 or more, got {value!r}")
     return count
+
+
+def parse_seconds(value: Any, where: str) -> float:
+    """A positive, finite number of seconds."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError, OverflowError):
+        seconds = math.nan
+    if isinstance(value, bool) or not (0 < seconds < math.inf):
+        raise SettingsError(f"{where}: expected a number of seconds above 0, got {value!r}")
+    return seconds
 
 
 def _path(value: Any, where: str, what: str) -> str | None:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support import CHAIN_BUDGET
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -17,7 +18,7 @@ def expected_outcome(nodeid: str) -> str:
 @pytest.mark.parametrize("workers", [None, "2"])
 def test_examples_get_the_promised_verdicts(pytester: pytest.Pytester, workers) -> None:
     report = pytester.path / "report.json"
-    args = [str(EXAMPLES), "-p", "no:cacheprovider", f"--eagersession-json={report}"]
+    args = [str(EXAMPLES), "-p", "no:cacheprovider", CHAIN_BUDGET, f"--eagersession-json={report}"]
     if workers:
         args += ["-n", workers]
     result = pytester.runpytest_subprocess(*args, timeout=300)
@@ -42,6 +43,7 @@ def test_the_readme_shows_what_the_plugin_prints(pytester: pytest.Pytester) -> N
         str(EXAMPLES / "test_model_training.py"),
         "-p",
         "no:cacheprovider",
+        CHAIN_BUDGET,
         "--rootdir",
         str(EXAMPLES.parent),
         timeout=300,

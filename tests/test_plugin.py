@@ -18,6 +18,7 @@ from typing import Any
 import keras  # noqa: F401
 import pytest
 import tensorflow  # noqa: F401
+from support import CHAIN_BUDGET, LEAKY
 
 from pytest_eagersession import SessionStats
 
@@ -33,18 +34,6 @@ SIGNATURE = (
     "max_bytes=None)"
 )
 
-LEAKY = """
-    import tensorflow as tf
-
-    _CACHE = []
-
-    def test_leak():
-        _CACHE.append(tf.constant([1.0, 2.0]))
-
-    def test_clean():
-        t = tf.constant([1.0, 2.0])
-        assert float(tf.reduce_sum(t)) == 3.0
-"""
 
 LEAK_LINES = [
     "*ERROR at teardown of test_leak*",
@@ -56,7 +45,7 @@ LEAK_LINES = [
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest_inprocess(
-        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args
+        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", CHAIN_BUDGET, *args
     )
 
 
@@ -436,8 +425,18 @@ def test_module_pytestmark_and_marker_over_cli_and_ini(pytester: pytest.Pytester
         (["--eagersession-leaks=maybe"], None, "*unknown leaks mode 'maybe'; choose one of fail*"),
         (["--eagersession-max-leaks=-1"], None, "*expected a whole number of 0 or more*"),
         (["--eagersession-allow=("], None, "*--eagersession-allow*"),
+        (["--eagersession-chain-budget=0"], None, "*expected a number of seconds above 0, got '0'"),
+        ([], "eagersession_chain_budget = soon", "*expected a number of seconds above 0*"),
     ],
-    ids=["cli-strategy", "ini-strategy", "cli-leaks", "max-leaks", "allow-regex"],
+    ids=[
+        "cli-strategy",
+        "ini-strategy",
+        "cli-leaks",
+        "max-leaks",
+        "allow-regex",
+        "cli-chain-budget",
+        "ini-chain-budget",
+    ],
 )
 def test_bad_settings_are_usage_errors(
     pytester: pytest.Pytester, args: list[str], ini: str | None, expected: str
@@ -445,11 +444,42 @@ def test_bad_settings_are_usage_errors(
     pytester.makepyfile("def test_nothing():\n    pass\n")
     if ini is not None:
         pytester.makeini(f"[pytest]\n{ini}\n")
-    result = run(pytester, *args)
+    # not run(): its own --eagersession-chain-budget would win over the ini value under test
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: {expected}"])
     result.stdout.no_fnmatch_line("*INTERNALERROR*")
     result.stderr.no_fnmatch_line("*INTERNALERROR*")
+
+
+@pytest.mark.parametrize(
+    ("args", "ini", "verbosity", "expected"),
+    [
+        ([], None, 0, 0.5),
+        ([], None, 1, 2.0),
+        (["--eagersession-chain-budget=3.5"], None, 0, 3.5),
+        ([], "eagersession_chain_budget = 1.25", 0, 1.25),
+        (["--eagersession-chain-budget=4"], "eagersession_chain_budget = 1.25", 1, 4.0),
+    ],
+    ids=["default", "verbose", "cli", "ini", "cli-over-ini"],
+)
+def test_chain_budget_from_command_line_ini_and_verbosity(
+    pytester: pytest.Pytester, args: list[str], ini: str | None, verbosity: int, expected: float
+) -> None:
+    pytester.makepyfile(
+        f"""
+        from pytest_eagersession.plugin import SETTINGS_KEY
+
+        def test_budget(pytestconfig):
+            assert pytestconfig.stash[SETTINGS_KEY].chain_budget_s == {expected}
+        """
+    )
+    if ini is not None:
+        pytester.makeini(f"[pytest]\n{ini}\n")
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args, *["-v"] * verbosity
+    )
+    result.assert_outcomes(passed=1)
 
 
 def test_bad_marker_errors_only_its_test(pytester: pytest.Pytester) -> None:
@@ -788,7 +818,7 @@ def test_xdist_gives_the_same_outcomes_and_leaks(pytester: pytest.Pytester) -> N
     serial = run(pytester, f"--eagersession-json={serial_json}")
     serial.assert_outcomes(passed=3, errors=2)
     parallel = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-n", "2", f"--eagersession-json={parallel_json}"
+        "-p", "no:cacheprovider", CHAIN_BUDGET, "-n", "2", f"--eagersession-json={parallel_json}"
     )
     parallel.assert_outcomes(passed=3, errors=2)
     parallel.stdout.fnmatch_lines(

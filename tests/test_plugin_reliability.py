@@ -16,6 +16,7 @@ import threading
 
 import pytest
 import tensorflow  # noqa: F401  (imported once: in-process inner runs reuse it)
+from support import CHAIN_BUDGET, LEAKY
 
 from pytest_eagersession import session as session_module
 from pytest_eagersession.tracking import TRACKER
@@ -34,18 +35,6 @@ ALLOW_CHOICES = (
 #: Seconds a subprocess run may take before it counts as hung.
 HANG_S = 120
 
-LEAKY = """
-    import tensorflow as tf
-
-    _CACHE = []
-
-    def test_leak():
-        _CACHE.append(tf.constant([1.0, 2.0]))
-
-    def test_clean():
-        t = tf.constant([1.0, 2.0])
-        assert float(tf.reduce_sum(t)) == 3.0
-"""
 
 # Writes which of our threads are alive once the run is over, and proves the process got to exit.
 THREADS_AT_EXIT = """
@@ -68,13 +57,13 @@ THREADS_AT_EXIT = """
 
 def run(pytester: pytest.Pytester, *args: str, **kwargs: bool) -> pytest.RunResult:
     return pytester.runpytest_inprocess(
-        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args, **kwargs
+        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", CHAIN_BUDGET, *args, **kwargs
     )
 
 
 def run_subprocess(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args, timeout=HANG_S
+        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", CHAIN_BUDGET, *args, timeout=HANG_S
     )
 
 
