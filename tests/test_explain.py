@@ -1,0 +1,61 @@
+"""Who holds a leak: the chain's search and its text."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+import tensorflow as tf
+from tensorflow.python.framework import ops
+
+from pytest_eagersession.explain import NO_HOLDER, explain
+
+
+@pytest.fixture
+def scratch_module():
+    module = types.ModuleType("scratch_holder")
+    sys.modules[module.__name__] = module
+    yield module
+    del sys.modules[module.__name__]
+
+
+def test_a_module_global_is_the_root(scratch_module) -> None:
+    scratch_module.CACHE = [tf.ones((2,))]
+    explanation = explain(scratch_module.CACHE[0], budget_s=10)
+    assert explanation.text() == "held by scratch_holder.CACHE (list) -> [0] -> EagerTensor"
+    assert not explanation.internal
+
+
+def test_tensorflow_module_state_is_called_internal() -> None:
+    ops._eagersession_test_hold = {"kept": tf.ones((2,))}
+    try:
+        explanation = explain(ops._eagersession_test_hold["kept"], budget_s=10)
+    finally:
+        del ops._eagersession_test_hold
+    assert explanation.internal
+    assert explanation.text() == (
+        "held by TensorFlow internals: tensorflow.python.framework.ops._eagersession_test_hold "
+        "(dict) -> ['kept'] -> EagerTensor"
+    )
+
+
+def test_an_object_only_a_cycle_keeps_has_no_python_holder() -> None:
+    orphan = tf.ones((2,))
+    cycle: list[object] = [orphan]
+    cycle.append(cycle)
+    del cycle
+    explanation = explain(orphan, budget_s=10)
+    assert explanation.chain is None
+    assert explanation.text() == NO_HOLDER
+
+
+def test_the_search_stops_at_its_budget(scratch_module) -> None:
+    holder: object = tf.ones((2,))
+    leaf = holder
+    for level in range(12):
+        holder = {f"level{level}": [holder]}
+    scratch_module.NESTED = holder
+    explanation = explain(leaf, max_depth=40, budget_s=0.0)
+    assert explanation.timed_out
+    assert explanation.text().startswith("no holder found within 0.0 s (the search stopped there")
