@@ -26,7 +26,6 @@ import math
 import re
 import sys
 import threading
-import time
 import types
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -35,13 +34,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from pytest_eagersession import _tf
-from pytest_eagersession.explain import (
-    NO_HOLDER,
-    TENSORFLOW_MODULES,
-    Explanation,
-    backref_chain,
-    render_chain,
-)
+from pytest_eagersession.explain import StackRoots, explain
 from pytest_eagersession.kinds import (
     TENSOR,
     VARIABLE,
@@ -51,7 +44,7 @@ from pytest_eagersession.kinds import (
     tensor_nbytes,
     tensorflow_ready,
 )
-from pytest_eagersession.report import KIND_ORDER, LeakRecord, build_records, render
+from pytest_eagersession.report import LeakRecord, build_records, render
 from pytest_eagersession.survivors import AllowFilter, Survivor, check_allow_filter, op_callback
 from pytest_eagersession.tracking import TRACKER, user_code_location
 
@@ -206,45 +199,24 @@ def explain_here(
 ) -> str:
     """Who holds ``obj``, as a report's line; the locals of the checking code's callers count.
 
-    ``explain.explain`` leaves out every frame on the stack, which suits the plugin's teardown.
-    A check made in the middle of a test must name the test's own locals, and the gc cannot see
-    what a running frame holds: so what the locals of the frames below this package's own hold
-    counts as a root too, reached through that frame. Same search as ``explain``'s, bounded by
-    ``max_depth`` links and ``budget_s`` seconds.
+    ``explain.explain`` alone leaves out every frame on the stack, which suits the plugin's
+    teardown. A check made in the middle of a test must name the test's own locals, and the gc
+    cannot see what a running frame holds: so what the locals of the frames below this
+    package's own hold counts as a root too, reached through that frame.
     """
-    started = time.perf_counter()
     own_frames, held_by_frame, snapshots = _stack_roots()
     own_frames.add(id(sys._getframe()))
-    ignore = set(own_frames)
-    ignore.update(id(snapshot) for snapshot in snapshots)
+    ignore = {id(snapshot) for snapshot in snapshots}
     ignore.update((id(held_by_frame), id(snapshots)))
-
-    def is_root(candidate: object) -> bool:
-        if id(candidate) in held_by_frame:
-            return True
-        if isinstance(candidate, types.ModuleType):
-            return sys.modules.get(candidate.__name__) is candidate
-        return isinstance(candidate, types.FrameType) and id(candidate) not in own_frames
-
-    chain: list[Any] | None = [obj] if id(obj) in held_by_frame else None
-    timed_out = False
     try:
-        if chain is None:
-            chain, timed_out = backref_chain(obj, is_root, max_depth, started + budget_s, ignore)
-        if chain is None:
-            if timed_out:
-                return f"no holder found within {budget_s:.1f} s (the search stopped there)"
-            return NO_HOLDER
-        frame = held_by_frame.get(id(chain[0]))
-        if frame is not None:
-            chain.insert(0, frame)
-        root = chain[0]
-        internal = isinstance(root, types.ModuleType) and root.__name__.split(".")[0] in (
-            TENSORFLOW_MODULES
-        )
-        return Explanation(render_chain(chain), internal).text()
+        return explain(
+            obj,
+            max_depth=max_depth,
+            budget_s=budget_s,
+            stack=StackRoots(own_frames, held_by_frame, ignore),
+            more_time=None,
+        ).text()
     finally:
-        del chain
         held_by_frame.clear()
         snapshots.clear()
 
@@ -278,23 +250,14 @@ def _stack_roots() -> tuple[set[int], dict[int, types.FrameType], list[dict[str,
 def _records(
     survivors: Sequence[Survivor], scope: str, *, explain_limit: int, chain_depth: int
 ) -> list[LeakRecord]:
-    """``report.build_records``'s records and order, with holders found by ``explain_here``."""
-    ordered = sorted(
-        survivors, key=lambda s: (KIND_ORDER.get(s.kind, 9), -(s.description.nbytes or 0))
+    """``report.build_records``'s records, with holders found by ``explain_here``."""
+
+    def holders(obj: object) -> str:
+        return explain_here(obj, max_depth=chain_depth)
+
+    return build_records(
+        survivors, scope, explain_limit=explain_limit, chain_depth=chain_depth, explainer=holders
     )
-    records = []
-    for index, survivor in enumerate(ordered):
-        record = build_records([survivor], scope, explain_limit=0, chain_depth=chain_depth)[0]
-        if index < explain_limit and survivor.ref is not None:
-            obj = survivor.ref()
-            if obj is not None:
-                try:
-                    text = explain_here(obj, max_depth=chain_depth)
-                finally:
-                    del obj
-                record = dataclasses.replace(record, retained_by=text)
-        records.append(record)
-    return records
 
 
 # ----------------------------------------------------------------- leaks since a checkpoint

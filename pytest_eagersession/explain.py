@@ -13,7 +13,7 @@ import sys
 import time
 import types
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 #: Module name prefixes whose state counts as "TensorFlow internals".
@@ -37,14 +37,14 @@ class Explanation:
     """How long the search took."""
     timed_out: bool = False
     """The search ran out of time before it found a root."""
+    more_time: str | None = "-v searches longer"
+    """How to give the search more time, said when it ran out."""
 
     def text(self) -> str:
         """The line a report shows."""
         if self.chain is None and self.timed_out:
-            return (
-                f"no holder found within {self.seconds:.1f} s (the search stopped there; "
-                "-v searches longer)"
-            )
+            advice = f"; {self.more_time}" if self.more_time else ""
+            return f"no holder found within {self.seconds:.1f} s (the search stopped there{advice})"
         if self.chain is None:
             return NO_HOLDER
         if self.internal:
@@ -52,32 +52,67 @@ class Explanation:
         return f"held by {self.chain}"
 
 
-def explain(obj: object, *, max_depth: int = 10, budget_s: float = 0.5) -> Explanation:
+@dataclass
+class StackRoots:
+    """For a search made while the code that holds the object still runs.
+
+    The gc cannot see what a running frame's locals hold, so the caller names them:
+    ``held_by_frame`` maps the id of each object a frame's locals hold to that frame.
+    """
+
+    own_frames: set[int]
+    """Frames of the searching code: never roots."""
+    held_by_frame: dict[int, types.FrameType]
+    """Objects that running frames' locals hold, by id, and the frame holding each."""
+    ignore: set[int] = field(default_factory=set)
+    """Ids of the caller's own bookkeeping, never part of a chain."""
+
+
+def explain(
+    obj: object,
+    *,
+    max_depth: int = 10,
+    budget_s: float = 0.5,
+    stack: StackRoots | None = None,
+    more_time: str | None = "-v searches longer",
+) -> Explanation:
     """Find and render the shortest chain from a root to ``obj``.
 
     The search is objgraph's breadth-first walk over ``gc.get_referrers``, bounded by
     ``max_depth`` links and ``budget_s`` seconds, so that an object nothing in Python holds
-    cannot stall the run while the whole heap is searched.
+    cannot stall the run while the whole heap is searched. Roots are modules and frames not on
+    the stack; with ``stack``, also what the running frames' locals hold.
     """
     started = time.perf_counter()
-    own_frames = _current_frames()
-    own_frames.add(id(sys._getframe()))
+    if stack is None:
+        stack = StackRoots(_current_frames(), {})
+    own_frames = stack.own_frames | {id(sys._getframe())}
+    held_by_frame = stack.held_by_frame
 
     def is_root(candidate: object) -> bool:
+        if id(candidate) in held_by_frame:
+            return True
         if isinstance(candidate, types.ModuleType):
             return _is_proper_module(candidate)
         return isinstance(candidate, types.FrameType) and id(candidate) not in own_frames
 
-    chain, timed_out = backref_chain(obj, is_root, max_depth, started + budget_s, own_frames)
+    chain: list[Any] | None = [obj] if id(obj) in held_by_frame else None
+    timed_out = False
+    if chain is None:
+        ignore = own_frames | stack.ignore | {id(stack)}
+        chain, timed_out = backref_chain(obj, is_root, max_depth, started + budget_s, ignore)
     seconds = time.perf_counter() - started
     try:
         if chain is None:
-            return Explanation(None, seconds=seconds, timed_out=timed_out)
+            return Explanation(None, seconds=seconds, timed_out=timed_out, more_time=more_time)
+        frame = held_by_frame.get(id(chain[0]))
+        if frame is not None:
+            chain.insert(0, frame)
         root = chain[0]
         internal = isinstance(root, types.ModuleType) and root.__name__.split(".")[0] in (
             TENSORFLOW_MODULES
         )
-        return Explanation(render_chain(chain), internal, seconds)
+        return Explanation(render_chain(chain), internal, seconds, more_time=more_time)
     finally:
         del chain
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -61,8 +61,11 @@ def build_records(
     graphs_dir: str | None = None,
     graph_prefix: str = "leak",
     graph_errors: list[str] | None = None,
+    explainer: Callable[[object], str] | None = None,
 ) -> list[LeakRecord]:
     """Records for ``survivors``, the first ``explain_limit`` of them with their holders' chain.
+
+    ``explainer`` replaces the search for holders (``explain.explain`` by default).
 
     A graph that cannot be written (an unwritable folder, objgraph missing) costs the graphs
     only: the reason goes to ``graph_errors`` once, and no more graphs are tried.
@@ -77,9 +80,12 @@ def build_records(
             obj = survivor.ref()
             if obj is not None:
                 try:
-                    retained_by = explain(
-                        obj, max_depth=chain_depth, budget_s=chain_budget_s
-                    ).text()
+                    if explainer is not None:
+                        retained_by = explainer(obj)
+                    else:
+                        retained_by = explain(
+                            obj, max_depth=chain_depth, budget_s=chain_budget_s
+                        ).text()
                     if graphs_dir is not None:
                         try:
                             write_graph(obj, graphs_dir, f"{graph_prefix}-{index + 1}", chain_depth)
