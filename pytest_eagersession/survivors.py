@@ -365,15 +365,26 @@ def clear_tensorflow_caches(*, kernels: bool) -> None:
 
 @contextlib.contextmanager
 def fresh_default_graph() -> Iterator[None]:
-    """A new default graph for eager code, as TensorFlow's own test decorators use."""
-    from tensorflow.python.eager import context
+    """A new global default graph for the calling thread while the block runs.
+
+    What eager code ties to the default graph (``from_generator``'s and ``py_function``'s Python
+    functions) then dies with the block. The graph is swapped in place of the thread's global
+    default one, not pushed on the stack of nested graphs, so that ``reset_default_graph()``
+    (``keras.backend.clear_session()``, ``tf.test.TestCase.setUp``) works inside the block
+    as it works outside. Inside a ``with graph.as_default()`` nothing is changed.
+    """
     from tensorflow.python.framework import ops
 
-    if not context.executing_eagerly():
+    graphs = ops._default_graph_stack
+    if not graphs.is_cleared():
         yield
         return
-    with ops.Graph().as_default(), context.eager_mode():
+    saved = graphs._global_default_graph
+    graphs._global_default_graph = None  # TensorFlow makes a new one on first use
+    try:
         yield
+    finally:
+        graphs._global_default_graph = saved
 
 
 _OP_CALLBACKS_LOCK = threading.Lock()
