@@ -55,7 +55,7 @@ def op_builder_loop(strategy: str, n: int, m: int) -> dict[str, Any]:
     return {"peak_rss_mib": peak_rss / MIB, "peak_live_outputs": peak_refs, "series": series}
 
 
-def cyclic_loop(strategy: str, m: int) -> dict[str, Any]:
+def cyclic_loop(strategy: str, m: int, python_objects: int = 0) -> dict[str, Any]:
     import tensorflow as tf
 
     from pytest_eagersession import EagerSession
@@ -67,6 +67,8 @@ def cyclic_loop(strategy: str, m: int) -> dict[str, Any]:
         node = Node()
         node.me = node  # a reference cycle: only the cycle collector frees it
         node.tensor = tf.fill([1024, 1024], 1.0)
+        # What real loops make besides: log records, metric dicts, lists (short-lived).
+        node.log = [{"step": i, "loss": 0.5} for i in range(python_objects)][-1:]
         return node
 
     latest = step()
@@ -94,6 +96,8 @@ def cyclic_loop(strategy: str, m: int) -> dict[str, Any]:
 def child(args: argparse.Namespace) -> None:
     if args.experiment == "ops":
         result = op_builder_loop(args.strategy, args.ops, args.iterations)
+    elif args.experiment == "cycles-python":
+        result = cyclic_loop(args.strategy, args.cycle_iterations, python_objects=200)
     else:
         result = cyclic_loop(args.strategy, args.cycle_iterations)
     print(json.dumps(result))
@@ -161,6 +165,23 @@ def main() -> None:
     for strategy in strategies[:2]:
         ratio = results["cycles"][strategy]["peak_rss_mib"] / none if none else float("nan")
         print(f"  {strategy}: {ratio:.2f} of the growth without a session")
+    print(
+        f"\nThe same loop making 200 short-lived Python objects an iteration besides "
+        "(log records, metric dicts)"
+    )
+    print(f"{'session':<18} {'peak RSS growth':>16} {'cycle collections':>18}")
+    results["cycles-python"] = {}
+    for strategy in ["none", *strategies]:
+        result = run_child("cycles-python", strategy, args)
+        results["cycles-python"][strategy] = result
+        print(
+            f"{strategy:<18} {result['peak_rss_mib']:>12.0f} MiB "
+            f"{result['cycle_collections']:>18.0f}"
+        )
+    none = results["cycles-python"]["none"]["peak_rss_mib"]
+    for strategy in strategies[:2]:
+        peak = results["cycles-python"][strategy]["peak_rss_mib"]
+        print(f"  {strategy}: {peak / none if none else float('nan'):.2f} of the growth without")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)

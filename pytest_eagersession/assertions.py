@@ -1062,12 +1062,10 @@ class ByteMeter:
     # ------------------------------------------------------------- counting
 
     def _ignore_young(self) -> None:
-        kind_of = TRACKER.classifier.kind
-        for generation in (0, 1):
-            for obj in gc.get_objects(generation):
-                if kind_of(obj) in (TENSOR, VARIABLE):
-                    with contextlib.suppress(TypeError):
-                        self._ignored[id(obj)] = weakref.ref(obj)
+        for obj, kind in TRACKER.classifier.find((0, 1)):
+            if kind in (TENSOR, VARIABLE):
+                with contextlib.suppress(TypeError):
+                    self._ignored[id(obj)] = weakref.ref(obj)
 
     def _on_op(
         self,
@@ -1096,14 +1094,12 @@ class ByteMeter:
                 self._scan()
 
     def _scan(self) -> None:
-        if self._scanning or not tensorflow_ready():
+        if self._scanning or not tensorflow_ready() or TRACKER.in_quiet_thread():
             return
         self._scanning = True  # a collection during the scan calls back here: skip that one
-        kind_of = TRACKER.classifier.kind
-        young = gc.get_objects(0)
+        young = TRACKER.classifier.find((0,))
         try:
-            for obj in young:
-                kind = kind_of(obj)
+            for obj, kind in young:
                 if kind == TENSOR:
                     nbytes = tensor_nbytes(obj)
                 elif kind == VARIABLE:

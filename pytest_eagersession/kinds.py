@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import sys
+import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
+
+from pytest_eagersession import heap
 
 TENSOR = "tensor"
 RESOURCE_HANDLE = "resource handle"
@@ -22,26 +27,50 @@ def tensorflow_ready() -> bool:
 
 
 class Classifier:
-    """Maps an object to its kind of TensorFlow resource, or None; one dict lookup per type."""
+    """Maps an object to its kind of TensorFlow resource, or None; one dict lookup per type.
+
+    The cache is keyed by the type's id and holds the type weakly (``unittest.mock`` makes a
+    class per mock, whose calls record the test's objects): an entry goes when its type dies.
+    """
 
     def __init__(self) -> None:
-        self._by_type: dict[type, str | None] = {}
+        self._by_type: dict[int, tuple[weakref.ref[type], str | None]] = {}
         self._bases: list[tuple[type, str]] | None = None
+        self._roots: tuple[type, ...] | None = None
 
     def kind(self, obj: object) -> str | None:
         """The kind of ``obj`` (``TENSOR``, ``VARIABLE``, ...), or None if it is no resource."""
         cls = type(obj)
-        try:
-            return self._by_type[cls]
-        except KeyError:
-            pass
+        entry = self._by_type.get(id(cls))
+        if entry is not None and entry[0]() is cls:
+            return entry[1]
         kind = None
         for base, base_kind in self._tf_bases():
             if issubclass(cls, base):
                 kind = base_kind
                 break
-        self._by_type[cls] = kind
+        key = id(cls)
+        self._by_type[key] = (weakref.ref(cls, partial(_forget, self._by_type, key)), kind)
         return kind
+
+    def find(self, generations: Sequence[int]) -> list[tuple[object, str]]:
+        """``(object, kind)`` for each TensorFlow resource in the gc ``generations``."""
+        kind_of = self.kind
+        found = []
+        for obj in heap.instances(self._search_roots(), generations):
+            kind = kind_of(obj)
+            if kind is not None:
+                found.append((obj, kind))
+        return found
+
+    def _search_roots(self) -> tuple[type, ...]:
+        """Classes every resource is an instance of: eager tensors and trackable objects."""
+        if self._roots is None:
+            from tensorflow.python.framework.ops import EagerTensor
+            from tensorflow.python.trackable.base import Trackable
+
+            self._roots = (EagerTensor, Trackable)
+        return self._roots
 
     def _tf_bases(self) -> list[tuple[type, str]]:
         if self._bases is None:
@@ -63,6 +92,12 @@ class Classifier:
                 (Function, FUNCTION),
             ]
         return self._bases
+
+
+def _forget(cache: dict[int, Any], key: int, ref: weakref.ref[type]) -> None:
+    entry = cache.get(key)
+    if entry is not None and entry[0] is ref:
+        del cache[key]
 
 
 @dataclass(frozen=True)

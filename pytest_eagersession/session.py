@@ -25,7 +25,13 @@ from pytest_eagersession.kinds import tensorflow_ready
 from pytest_eagersession.references import CallbackReference, NativeReference
 from pytest_eagersession.strategies import DevicePlacementPolicy, ResourceCleanupStrategy
 from pytest_eagersession.survivors import AllowFilter, AllowPredicate, Survivor
-from pytest_eagersession.tracking import TRACKER, CycleCollector, Ownership, make_op_callback
+from pytest_eagersession.tracking import (
+    TRACKER,
+    CycleCollector,
+    Ownership,
+    ResidentMemory,
+    make_op_callback,
+)
 
 if TYPE_CHECKING:
     from pytest_eagersession.assertions import RunGrowth
@@ -33,12 +39,13 @@ if TYPE_CHECKING:
 
 #: How long ``close()`` waits for the background cleaner to stop.
 CLEANER_JOIN_TIMEOUT_S = 5.0
-#: How often the background cleaner of the innermost active session looks at tracked bytes.
+#: How often the cleaner of the session that owns new objects looks at the process's memory.
 CLEANER_POLL_S = 0.005
-_IDLE_POLL_S = 0.5
 
 _STOP = object()
 _WAKE = object()
+_COLLECT = object()
+_RESIDENT = ResidentMemory()
 _ACTIVATIONS = threading.local()
 
 
@@ -356,7 +363,7 @@ class EagerSession:
                 item = self._garbage_queue.get(block=False)
             except queue.Empty:
                 break
-            if item is not _STOP and item is not _WAKE and self._delete(item, failures):
+            if item not in (_STOP, _WAKE, _COLLECT) and self._delete(item, failures):
                 deleted += 1
         if deleted:
             with self._lock:
@@ -364,29 +371,66 @@ class EagerSession:
         _report_failures(failures)
 
     def _run_cleaner(self) -> None:
-        """The ``IN_BACKGROUND`` thread: delete references as their referents die."""
+        """The ``IN_BACKGROUND`` thread: delete references as their referents die.
+
+        It blocks on the garbage queue and wakes for work: a dead referent, a collection of
+        cyclic garbage that the growth of tensor bytes made due, or the stop. While its session
+        owns new objects, it also reads the process's resident memory every few milliseconds:
+        when that grew by the threshold where no scan looked yet, it has the next allocation
+        start a collection. It never lists the heap, and collections that start in it are not
+        scanned (see ``Tracker``).
+        """
         garbage = self._garbage_queue
-        while True:
-            innermost = TRACKER.is_innermost(self) and tensorflow_ready()
-            try:
-                item = garbage.get(timeout=CLEANER_POLL_S if innermost else _IDLE_POLL_S)
-            except queue.Empty:
-                # Look again: another session may have become the innermost during the wait.
-                if innermost and TRACKER.is_innermost(self):
-                    self._collect_cycles_if_grown()
-                continue
-            if item is _STOP:
-                return
-            if item is _WAKE:
-                continue
-            failures: list[str] = []
-            if self._delete(item, failures):
-                with self._lock:
-                    self._cleanup_runs += 1
-            # A warning filter set to "error" would raise here; nobody could catch it in this
-            # thread, and the count in stats() already records the failure.
-            with contextlib.suppress(Exception):
-                _report_failures(failures)
+        ident = threading.get_ident()
+        TRACKER.quiet_thread(ident)
+        low = None
+        try:
+            while True:
+                watching = TRACKER.is_innermost(self) and tensorflow_ready()
+                try:
+                    item = garbage.get(timeout=CLEANER_POLL_S) if watching else garbage.get()
+                except queue.Empty:
+                    resident = _RESIDENT.read()
+                    if resident is not None:
+                        low = resident if low is None else min(low, resident)
+                        if resident - low >= self._collector.threshold:
+                            TRACKER.hurry()
+                            low = resident
+                    continue
+                if item is _STOP:
+                    return
+                if item is _WAKE:
+                    low = None
+                    continue
+                if item is _COLLECT:
+                    self._collector.collect()
+                    low = None
+                    continue
+                failures: list[str] = []
+                if self._delete(item, failures):
+                    with self._lock:
+                        self._cleanup_runs += 1
+                # A warning filter set to "error" would raise here; nobody could catch it in
+                # this thread, and the count in stats() already records the failure.
+                with contextlib.suppress(Exception):
+                    _report_failures(failures)
+        finally:
+            TRACKER.quiet_thread(ident, quiet=False)
+
+    def _note_young_bytes(self, generation: int, nbytes: int) -> None:
+        """A scan at the start of a ``generation`` collection found ``nbytes`` of new tensors.
+
+        Under ``IN_BACKGROUND`` the collector's pace follows them, and every few thresholds
+        of growth the cleaner runs a full collection; the other strategies leave the pace alone
+        (``ON_SAFE_POINTS`` counts the bytes at its safe points).
+        """
+        if self._strategy is not ResourceCleanupStrategy.IN_BACKGROUND or self._closed:
+            TRACKER.pace(generation, 0)
+            return
+        if TRACKER.pace(generation, nbytes):
+            self._collector.count_early()
+        if self._collector.note(nbytes) == 2:  # the young generations are the pacer's
+            self._garbage_queue.put(_COLLECT)
 
     # ----------------------------------------------------------------- TensorFlow scope
 
@@ -524,7 +568,7 @@ class EagerSession:
         TRACKER.push(self)
         _thread_activations().append((self, stack))
         if self._cleaner is not None:
-            self._garbage_queue.put(_WAKE)  # poll at the active pace from now on
+            self._garbage_queue.put(_WAKE)  # watch memory from now on
         return self
 
     def deactivate(self) -> None:
@@ -644,10 +688,6 @@ class EagerSession:
         if TRACKER.is_active(self):
             TRACKER.discover()
         return survivors.find(self._ownership, since, self._is_detached, self._allow)
-
-    def _collect_cycles_if_grown(self) -> None:
-        if TRACKER.young_tensor_bytes() >= self._collector.threshold:
-            self._collector.collect()
 
 
 def _thread_activations() -> list[tuple[EagerSession, contextlib.ExitStack]]:

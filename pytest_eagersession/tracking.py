@@ -2,24 +2,25 @@
 
 TensorFlow offers no cheap hook on tensor creation (an op callback, even an empty one, takes every
 op off the fast path). But every EagerTensor, variable and iterator is a gc-tracked Python object,
-born in the youngest gc generation. The tracker scans the two young generations just before the
-collector promotes them to the old one (a ``gc.callbacks`` hook on collections of generation 1 and
-up), when a session is activated and when it is deactivated: each new object is seen once, while
-it is young, and attributed to the innermost active session. Objects older than a session were
-promoted before it began, so they are never its own. The scan is weak: a record holds a weak
-reference and a kind, nothing else.
+born in the youngest gc generation. The tracker scans that generation just before the collector
+promotes it (a ``gc.callbacks`` hook at the start of every collection), when a session is
+activated and when it is deactivated: each new object is seen once, while it is young, and
+attributed to the innermost active session. Objects older than a session were promoted before it
+began, so they are never its own. The scan is weak: a record holds a weak reference and a kind,
+nothing else; the heap listing itself never outlives one call into C (see ``heap``).
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import threading
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pytest_eagersession.kinds import Classifier, tensor_nbytes, tensorflow_ready
+from pytest_eagersession.kinds import TENSOR, Classifier, tensor_nbytes, tensorflow_ready
 
 if TYPE_CHECKING:
     from pytest_eagersession.session import EagerSession
@@ -77,6 +78,24 @@ class Ownership:
             if len(self._records) > self._prune_above:
                 self._prune()
 
+    def add_all(self, found: list[tuple[object, str]]) -> int:
+        """Record each ``(object, kind)``; return the bytes of the tensors new to the records."""
+        nbytes = 0
+        with self._lock:
+            records = self._records
+            for obj, kind in found:
+                key = id(obj)
+                record = records.get(key)
+                if record is not None and record.ref() is obj:
+                    continue
+                self._seq += 1
+                records[key] = _Record(weakref.ref(obj), kind, self._seq)
+                if kind == TENSOR:
+                    nbytes += tensor_nbytes(obj)
+            if len(records) > self._prune_above:
+                self._prune()
+        return nbytes
+
     def note_creation(self, obj: object, op: str, where: str | None) -> None:
         """Remember which op made ``obj`` and which line of user code ran it."""
         with self._lock:
@@ -118,44 +137,146 @@ class Ownership:
 
 
 class CycleCollector:
-    """Collects cyclic garbage when tracked bytes grow, not on Python's allocation count.
+    """Collects cyclic garbage as tracked tensor bytes grow, not on Python's allocation count.
 
-    A loop that keeps only the latest of many cyclic objects holding big tensors allocates too few
-    Python objects to trigger the collector, so its garbage piles up. Each time the bytes grow past
-    the threshold, the young generation is collected; every fourth time the middle one too, and
-    every 32nd time all of them, so that garbage promoted while it was still alive goes too.
+    A loop that keeps only the latest of many reference cycles holding big tensors allocates too
+    few Python objects to wake the collector, or lets the collector promote each cycle while it
+    is still alive, so that its garbage piles up in an older generation. ``note()`` counts the
+    bytes of new tensors; each time they pass the threshold a collection is due: of the young
+    generations, or of all of them every ``FULL_EVERY``-th time (what was promoted alive dies
+    in the oldest). ``collect()`` runs it, where a collection may run: never inside another
+    collection's callback.
     """
+
+    FULL_EVERY = 4
 
     def __init__(self, threshold: int = CYCLE_BYTES_THRESHOLD) -> None:
         self.threshold = threshold
         self._grown = 0
+        self._passed = 0
+        self._due = -1
         self._collections = 0
+        self._lock = threading.Lock()
 
     @property
     def collections(self) -> int:
-        """How many collections the growth of tracked bytes triggered."""
+        """How many collections the growth of tracked bytes triggered or brought forward."""
         return self._collections
 
-    def note(self, nbytes: int) -> None:
-        """Count ``nbytes`` of new tensors; collect when they pass the threshold."""
-        self._grown += nbytes
-        if self._grown >= self.threshold:
-            self.collect()
+    def note(self, nbytes: int) -> int | None:
+        """Count ``nbytes`` of new tensors; the generation now due (1 or 2), or None."""
+        with self._lock:
+            self._grown += nbytes
+            if self._grown < self.threshold:
+                return None
+            self._grown = 0
+            self._passed += 1
+            generation = 2 if self._passed % self.FULL_EVERY == 0 else 1
+            self._due = max(self._due, generation)
+            return generation
+
+    def count_early(self) -> None:
+        """Count a collection of the interpreter's that pacing brought forward."""
+        with self._lock:
+            self._collections += 1
 
     def collect(self) -> None:
-        """Collect now, on the ladder described above."""
-        self._grown = 0
-        self._collections += 1
-        if self._collections % 32 == 0:
-            gc.collect()
-        elif self._collections % 4 == 0:
-            gc.collect(1)
+        """Run the collection that is due, if one is."""
+        with self._lock:
+            generation, self._due = self._due, -1
+            if generation < 0:
+                return
+            self._collections += 1
+        gc.collect(generation)
+
+
+class CollectionPacer:
+    """Paces Python's automatic collections by the tensor bytes the young generation holds.
+
+    The tracker scans the youngest generation at the start of each collection, so it knows how
+    many tensor bytes (live or cyclic garbage) arrived since the last one. Where that is a lot,
+    the pacer lowers the youngest generation's threshold, so that the next collection comes
+    sooner, and asks for the middle generation once the bytes scanned into it pass the
+    threshold. The collections stay the interpreter's own, run by the thread that allocates:
+    nothing is collected from another thread. Where automatic collection is off (``gc.disable``
+    or a zero threshold) it stays off. Thresholds are restored as found when pacing ends,
+    unless someone else changed them meanwhile.
+    """
+
+    MIN_YOUNG_THRESHOLD = 10
+
+    def __init__(self, threshold: int = CYCLE_BYTES_THRESHOLD) -> None:
+        self.threshold = threshold
+        self._found: tuple[int, ...] = ()
+        self._set: tuple[int, ...] = ()
+        self._middle_bytes = 0
+        self._lock = threading.RLock()
+
+    def observe(self, generation: int, nbytes: int) -> bool:
+        """Adjust the thresholds after a scan that found ``nbytes`` of new tensors.
+
+        True when the collection that called the scan came early, by thresholds of ours.
+        """
+        with self._lock:
+            return self._observe(generation, nbytes)
+
+    def hurry(self) -> None:
+        """Make the next allocation start a collection: memory grew where no scan looked yet."""
+        with self._lock:
+            current = self._current()
+            if not gc.isenabled() or self._found[0] <= 0:
+                return
+            wanted = (1, *current[1:])
+            if wanted != current:
+                gc.set_threshold(*wanted)
+            self._set = wanted
+
+    def _current(self) -> tuple[int, ...]:
+        current = gc.get_threshold()
+        if current != self._set:
+            self._found = current  # ours were replaced (or never set): these are the user's
+        return current
+
+    def _observe(self, generation: int, nbytes: int) -> bool:
+        current = self._current()
+        early = current != self._found
+        young, middle, *rest = self._found
+        if young <= 0:  # automatic collection is off: leave it so
+            return early
+        window = current[0] if current[0] > 0 else young
+        if nbytes:  # as many allocations as bring half the threshold, going by this window's
+            paced = self.threshold // 2 * window // nbytes
+            young = max(self.MIN_YOUNG_THRESHOLD, min(young, paced))
+        if generation == 0:
+            self._middle_bytes += nbytes
         else:
-            gc.collect(0)
+            self._middle_bytes = 0
+        if self._middle_bytes >= self.threshold:
+            middle = 0  # the next collection takes the middle generation too
+        wanted = (young, middle, *rest)
+        if wanted != current:
+            gc.set_threshold(*wanted)
+        self._set = wanted
+        return early
+
+    def restore(self) -> None:
+        """Give the collector back the thresholds found, unless someone changed ours."""
+        with self._lock:
+            if self._set and gc.get_threshold() == self._set:
+                gc.set_threshold(*self._found)
+            self._set = self._found = ()
+            self._middle_bytes = 0
 
 
 class Tracker:
-    """The process-wide discovery engine; sessions register while they are active."""
+    """The process-wide discovery engine; sessions register while they are active.
+
+    A ``gc.callbacks`` hook scans the youngest generation at the start of every collection:
+    what is there is about to be promoted (or freed), so each object that lives to see a
+    collection is seen exactly once, while young. Scans run only in threads that are not a
+    session's cleaner: a collection that starts in a cleaner thread is let go, and the next
+    scan looks at the middle generation too, where that collection moved what was young.
+    """
 
     def __init__(self) -> None:
         self._classifier = Classifier()
@@ -163,6 +284,11 @@ class Tracker:
         self._fallback: EagerSession | None = None
         self._installed = False
         self._lock = threading.RLock()
+        self._quiet_threads: set[int] = set()
+        self._missed = False
+        self._scanning = False
+        self._own_collection = False
+        self._pacer = CollectionPacer()
 
     @property
     def classifier(self) -> Classifier:
@@ -177,9 +303,10 @@ class Tracker:
     def push(self, session: EagerSession) -> None:
         """Make ``session`` the owner of objects created from now on."""
         if tensorflow_ready():
-            # Promote what exists now out of the young generations, attributing it (if a session
-            # is active) to the outer owner: none of it is the new session's.
-            gc.collect(1)
+            # Attribute what is young now to the outer owner (if a session is active) and
+            # promote it: none of it is the new session's.
+            self.discover()
+            self._collect_young()
         with self._lock:
             self._active = (*self._active, session)
             self._install()
@@ -190,7 +317,7 @@ class Tracker:
         if tensorflow_ready():
             # Promote them too: still young, they would be the next owner's at its next scan,
             # and an outer session would own what an inner one made.
-            gc.collect(1)
+            self._collect_young()
         with self._lock:
             active = list(self._active)
             for index in range(len(active) - 1, -1, -1):
@@ -214,30 +341,60 @@ class Tracker:
         """Whether ``session`` is the owner of new objects right now."""
         return self.owner() is session
 
-    def discover(self) -> None:
-        """Scan the young generations and give each new TensorFlow object to its owner."""
+    def quiet_thread(self, ident: int, quiet: bool = True) -> None:
+        """Never scan from thread ``ident`` (a cleaner: background threads never list the heap)."""
+        with self._lock:
+            if quiet:
+                self._quiet_threads.add(ident)
+            else:
+                self._quiet_threads.discard(ident)
+
+    def in_quiet_thread(self) -> bool:
+        """Whether the calling thread must not list the heap."""
+        return threading.get_ident() in self._quiet_threads
+
+    def discover(self, generation: int | None = None) -> None:
+        """Scan the young generation and give each new TensorFlow object to its owner.
+
+        ``generation`` is that of the automatic collection about to start, if one is: the
+        owner then paces the next ones by the tensor bytes found.
+        """
         owner = self.owner()
         if owner is None or not tensorflow_ready():
             return
-        kind_of = self._classifier.kind
-        ownership = owner._ownership
-        for generation in (0, 1):
-            for obj in gc.get_objects(generation):
-                kind = kind_of(obj)
-                if kind is not None:
-                    ownership.add(obj, kind)
+        if self._scanning or self.in_quiet_thread():
+            self._missed = True  # what this collection promotes is in the middle generation
+            return
+        generations = (0, 1) if self._missed else (0,)
+        self._missed = False
+        self._scanning = True  # a collection the scan itself starts must not scan again
+        try:
+            found = self._classifier.find(generations)
+            nbytes = owner._ownership.add_all(found)
+            del found
+        finally:
+            self._scanning = False
+        if generation is not None:
+            owner._note_young_bytes(generation, nbytes)
 
-    def young_tensor_bytes(self) -> int:
-        """Bytes of the tensors in the youngest generation, garbage included."""
-        if not tensorflow_ready():
-            return 0
-        from tensorflow.python.framework.ops import EagerTensor
+    def pace(self, generation: int, nbytes: int) -> bool:
+        """Let the pacer adjust the collector's thresholds after a scan; True if it came early."""
+        return self._pacer.observe(generation, nbytes)
 
-        return sum(tensor_nbytes(obj) for obj in gc.get_objects(0) if type(obj) is EagerTensor)
+    def hurry(self) -> None:
+        """Have the next allocation start a collection (and so a scan), from any thread."""
+        self._pacer.hurry()
+
+    def _collect_young(self) -> None:
+        self._own_collection = True
+        try:
+            gc.collect(0)
+        finally:
+            self._own_collection = False
 
     def _on_collection(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start" and info["generation"] >= 1:
-            self.discover()
+        if phase == "start":
+            self.discover(None if self._own_collection else info["generation"])
 
     def _install(self) -> None:
         if not self._installed:
@@ -250,9 +407,38 @@ class Tracker:
         elif self._installed:
             gc.callbacks.remove(self._on_collection)
             self._installed = False
+        if not self._active:
+            self._pacer.restore()
 
 
 TRACKER = Tracker()
+
+
+class ResidentMemory:
+    """The process's resident memory, read without allocating a tracked object (Linux only)."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        self._pid = 0
+        self._page = 0
+
+    def read(self) -> int | None:
+        """Resident bytes now, or None where the system does not say."""
+        if self._pid != os.getpid():  # first use, or a forked child: its own /proc/self
+            self._pid = os.getpid()
+            try:
+                self._fd = os.open("/proc/self/statm", os.O_RDONLY)
+                self._page = os.sysconf("SC_PAGE_SIZE")
+            except (OSError, ValueError, AttributeError):
+                self._fd = None
+        if self._fd is None:
+            return None
+        try:
+            fields = os.pread(self._fd, 96, 0)
+        except OSError:
+            return None
+        start = fields.index(b" ") + 1
+        return int(fields[start : fields.index(b" ", start)]) * self._page
 
 
 def user_code_location() -> str | None:
@@ -297,6 +483,7 @@ def make_op_callback(
             for output in outputs:
                 ownership.note_creation(output, op, where)
         if safe_points:
-            collector.note(sum(tensor_nbytes(output) for output in outputs))
+            if collector.note(sum(tensor_nbytes(output) for output in outputs)) is not None:
+                collector.collect()
 
     return on_op

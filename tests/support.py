@@ -33,3 +33,89 @@ LEAKY = """
         t = tf.constant([1.0, 2.0])
         assert float(tf.reduce_sum(t)) == 3.0
 """
+
+
+def stress_tensorflow_threads(seconds: float, workers: int = 3) -> tuple[list[str], dict[str, int]]:
+    """Run TensorFlow eager ops here while ``workers`` threads build tuples from generators.
+
+    Each worker builds tuples from generators longer than ``tuple()``'s first guess of 10 (so
+    CPython resizes them, which fails if another thread holds a reference to the half-built
+    tuple), ``tf.TensorShape``s from generators, and small ``tf.constant`` / ``tf.add`` ops whose
+    ``.shape`` TensorFlow builds as a tuple. This thread runs matmuls and reductions, builds tuples
+    too, and leaves reference cycles holding 256 KiB tensors behind: a session's cleanup has work.
+
+    Returns ``(errors, rounds)``: every error of any thread as ``--- where:`` and its traceback
+    (those the loops catch, and those that reach ``threading.excepthook``, such as a session's
+    cleaner dying), and the rounds each thread completed. The run stops at the first error, or
+    after ``seconds``.
+    """
+    import threading
+    import traceback
+
+    import tensorflow as tf
+
+    errors: list[str] = []
+    rounds: dict[str, int] = {}
+    stop = threading.Event()
+
+    def record(where: str, text: str) -> None:
+        errors.append(f"--- {where}:\n{text}")  # list.append is atomic: no lock needed
+        stop.set()
+
+    def worker(index: int) -> None:
+        name = threading.current_thread().name
+        done = 0
+        try:
+            while not stop.is_set():
+                size = 11 + (index + done) % 24
+                numbers = tuple(number for number in range(size))
+                shape = tf.TensorShape(tuple(2 if axis < 2 else 1 for axis in range(size)))
+                values = tf.constant([float(number) for number in numbers])
+                total = tf.add(values, values)
+                if len(numbers) != size or shape.rank != size or total.shape != (size,):
+                    raise AssertionError(f"wrong sizes: {len(numbers)}, {shape}, {total.shape}")
+                done += 1
+                rounds[name] = done
+        except Exception:
+            record(f"thread {name}", traceback.format_exc())
+
+    def excepthook(args: threading.ExceptHookArgs) -> None:
+        name = args.thread.name if args.thread is not None else "?"
+        text = "".join(
+            traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)
+        )
+        record(f"uncaught in thread {name} (threading.excepthook)", text)
+
+    previous_hook = threading.excepthook
+    threading.excepthook = excepthook
+    threads = [
+        threading.Thread(target=worker, args=(index,), name=f"stress-worker-{index}", daemon=True)
+        for index in range(workers)
+    ]
+    try:
+        for thread in threads:
+            rounds[thread.name] = 0
+            thread.start()
+        rounds["main"] = 0
+        matrix = tf.ones((16, 16))
+        deadline = time.monotonic() + seconds
+        try:
+            while not stop.is_set() and time.monotonic() < deadline:
+                product = tf.matmul(matrix, matrix)
+                total = tf.reduce_sum(tf.add(product, 1.0))
+                cycle: list[object] = [tf.zeros((256, 256))]  # garbage that only the gc frees
+                cycle.append(cycle)
+                dims = tuple(int(dim) for dim in product.shape) + tuple(n for n in range(12))
+                if float(total) != 16.0 * 16 * 17 or len(dims) != 14:
+                    raise AssertionError(f"wrong results: {float(total)}, {dims}")
+                rounds["main"] += 1
+        except Exception:
+            record("the main thread", traceback.format_exc())
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10.0)
+            if thread.is_alive():
+                record(f"thread {thread.name}", "still running 10 s after the stop\n")
+        threading.excepthook = previous_hook
+    return errors, rounds

@@ -369,16 +369,19 @@ def automatic_gc_disabled() -> Iterator[None]:
 
 @pytest.mark.parametrize("strategy", list(ResourceCleanupStrategy))
 def test_cycles_holding_tensors_are_collected_as_tracked_bytes_grow(make_session, strategy) -> None:
+    # Eight 4 MiB cycles and a handful of Python objects: far too few allocations for the
+    # interpreter's own threshold (700) to start a collection.
     session = make_session(strategy, track_creation=False)
     tensor_bytes, count = 4 * MIB, 8
-    with automatic_gc_disabled(), session:
+    gc.collect()
+    with session:
         first = None
         for i in range(count):
             node = Cyclic(tf.fill([1024, 1024], float(i)))  # 4 MiB of float32
             first = first or weakref.ref(node)
             del node
         if strategy is IN_BACKGROUND:
-            assert wait_until(lambda: session.stats().cycle_collections >= 1)
+            assert wait_until(lambda: first() is None)
         else:
             time.sleep(0.05)
         collections = session.stats().cycle_collections
@@ -395,6 +398,18 @@ def test_cycles_holding_tensors_are_collected_as_tracked_bytes_grow(make_session
             assert collections >= 1
     assert session.close() == ()
     assert session.stats().cycle_collections == collections
+
+
+def test_in_background_leaves_disabled_automatic_collection_off(make_session) -> None:
+    session = make_session(IN_BACKGROUND, track_creation=False)
+    with automatic_gc_disabled(), session:
+        first = weakref.ref(Cyclic(tf.fill([1024, 1024], 0.0)))
+        for i in range(1, 8):
+            Cyclic(tf.fill([1024, 1024], float(i)))
+        time.sleep(0.1)
+        assert first() is not None  # the user turned collection off: it stays off
+        assert session.stats().cycle_collections == 0
+    assert session.close() == ()
 
 
 def test_only_the_innermost_sessions_strategy_acts_on_its_ops(make_session) -> None:

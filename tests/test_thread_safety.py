@@ -1,0 +1,184 @@
+"""Thread safety: a session must never break the user's threads by listing the heap.
+
+CPython's ``tuple(generator)`` fills a fresh tuple and, when the generator outruns its first
+guess, resizes it with ``_PyTuple_Resize``, which requires that nothing else references the
+tuple. ``gc.get_objects()`` returns a list that references every object of the generations
+asked for, the half-built tuples of other threads included. A thread that holds such a list
+across a point where the GIL can switch (a Python loop over it) makes the other threads'
+``tuple(...)`` fail with ``SystemError: ... bad argument to internal function``, or
+TensorFlow's shape creation with ``RuntimeError: Error while creating shape``.
+
+The first test shows the hazard on this interpreter without TensorFlow; the others stress a
+session under each cleanup strategy, directly and under the plugin, and check the rule that
+keeps the ``IN_BACKGROUND`` cleaner clear of it: the cleaner thread never lists the heap.
+
+``EAGERSESSION_STRESS_SECONDS`` lengthens each stress run for a soak (default 3 s).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import tensorflow  # noqa: F401  (imported once: in-process inner runs reuse it)
+from support import CHAIN_BUDGET, stress_tensorflow_threads
+
+from pytest_eagersession import EagerSession
+
+#: Seconds each stress run lasts (one per strategy, directly and under the plugin).
+STRESS_SECONDS = float(os.environ.get("EAGERSESSION_STRESS_SECONDS", "3"))
+#: Seconds the hazard without TensorFlow may take to show (it shows within 0.1 s here).
+REPRODUCE_WITHIN_S = 3.0
+#: Seconds TensorFlow makes garbage cycles under an IN_BACKGROUND session while its cleaner runs.
+CLEANER_WATCH_S = 1.0
+CLEANER_PREFIX = "eagersession-cleaner-"
+STRATEGIES = ("in_background", "on_safe_points", "on_session_close")
+
+# The tests' own sessions (the plugin's) clean up at close: they start no cleaner thread, so
+# that a stress run under one strategy sees only that strategy's cleanup.
+pytestmark = pytest.mark.cleanup("on_session_close")
+
+
+# ----------------------------------------------------------------- the hazard itself
+
+
+def test_a_heap_listing_held_across_a_thread_switch_breaks_tuple_building() -> None:
+    """Why no thread of ours may loop over ``gc.get_objects()`` while user threads run."""
+    stop = threading.Event()
+
+    def list_the_young_generation() -> None:
+        while not stop.is_set():
+            for obj in gc.get_objects(0):  # the list is held while the loop runs Python code
+                type(obj)
+
+    lister = threading.Thread(target=list_the_young_generation, name="heap-lister", daemon=True)
+    error: SystemError | None = None
+    built = 0
+    started = time.monotonic()
+    lister.start()
+    try:
+        while time.monotonic() - started < REPRODUCE_WITHIN_S:
+            try:
+                numbers = tuple(number for number in range(50))  # 50 > first guess: resized
+            except SystemError as caught:
+                error = caught
+                break
+            assert len(numbers) == 50
+            built += 1
+    finally:
+        stop.set()
+        lister.join()
+    if error is None:
+        pytest.skip(
+            f"Python {sys.version.split()[0]} built {built} tuples from generators in "
+            f"{REPRODUCE_WITHIN_S} s while another thread looped over gc.get_objects(0), "
+            "without a SystemError: the hazard does not show on this interpreter"
+        )
+    assert "bad argument to internal function" in str(error)
+
+
+# ----------------------------------------------------------------- stress under each strategy
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_user_threads_build_tuples_while_a_session_cleans_up(strategy: str) -> None:
+    """3 user threads build tuples and shapes next to eager ops, for STRESS_SECONDS: no errors."""
+    with EagerSession.options().resource_cleanup_strategy(strategy).build() as session:
+        errors, rounds = stress_tensorflow_threads(STRESS_SECONDS)
+    assert not errors, f"{len(errors)} error(s) under {strategy}:\n" + "\n".join(errors)
+    assert all(rounds.values()), f"a thread did no work: {rounds}"
+    assert session.closed
+
+
+# ----------------------------------------------------------------- the same under the plugin
+
+INNER_SUITE = """
+    from support import stress_tensorflow_threads
+
+    def test_user_threads_next_to_eager_ops():
+        errors, rounds = stress_tensorflow_threads({seconds!r})
+        assert not errors, "\\n".join(errors)
+        assert all(rounds.values()), rounds
+
+    def test_its_session_has_the_strategy(eager_session):
+        import tensorflow as tf
+
+        assert eager_session.resource_cleanup_strategy.name.lower() == {strategy!r}
+        assert float(tf.reduce_sum(tf.ones((2, 2)))) == 4.0
+"""
+
+
+# Inner runs keep their reports and tracebacks, which hold TensorFlow objects: not leaks.
+@pytest.mark.cleanup(leaks="off")
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_user_threads_under_the_plugin(pytester: pytest.Pytester, strategy: str) -> None:
+    """The plugin's per-test session, with each --eagersession-strategy, next to user threads.
+
+    In process: the inner suite imports ``support`` (tests/ is on ``sys.path``) and reuses the
+    TensorFlow imported here. A thread that dies with an exception fails its test too.
+    """
+    pytester.makepyfile(test_stress=INNER_SUITE.format(seconds=STRESS_SECONDS, strategy=strategy))
+    result = pytester.runpytest_inprocess(
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:hypothesispytest",
+        CHAIN_BUDGET,
+        "-W",
+        "error::pytest.PytestUnhandledThreadExceptionWarning",
+        f"--eagersession-strategy={strategy}",
+    )
+    result.assert_outcomes(passed=2)
+
+
+# ----------------------------------------------------------------- the cleaner's rule
+
+
+def _recording(real: Callable[..., Any], calls: list[str]) -> Callable[..., Any]:
+    def record_the_thread(*args: Any, **kwargs: Any) -> Any:
+        calls.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    return record_the_thread
+
+
+def test_the_cleaner_thread_never_lists_the_heap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The IN_BACKGROUND cleaner runs next to user threads: it must never hold a heap listing.
+
+    Garbage cycles holding 256 KiB tensors grow the tracked bytes past the collection threshold
+    many times over, so the cleaner has both its polling and its collecting to do meanwhile.
+    """
+    import tensorflow as tf
+
+    calls: list[str] = []
+    for name in ("get_objects", "get_referrers"):
+        monkeypatch.setattr(gc, name, _recording(getattr(gc, name), calls))
+    before = set(threading.enumerate())
+    cycles = 0
+    with EagerSession.options().resource_cleanup_strategy("in_background").build():
+        cleaners = [
+            thread
+            for thread in threading.enumerate()
+            if thread not in before and thread.name.startswith(CLEANER_PREFIX)
+        ]
+        deadline = time.monotonic() + CLEANER_WATCH_S
+        while time.monotonic() < deadline:
+            cycle: list[object] = [tf.add(tf.zeros((256, 256)), 1.0)]
+            cycle.append(cycle)
+            cycles += 1
+        cleaner_alive = all(thread.is_alive() for thread in cleaners)
+    monkeypatch.undo()
+    assert cleaners, "the IN_BACKGROUND session started no eagersession-cleaner- thread"
+    assert cleaner_alive, "the cleaner thread stopped before the session closed"
+    from_cleaners = [name for name in calls if name.startswith(CLEANER_PREFIX)]
+    assert not from_cleaners, (
+        f"the cleaner thread listed the heap {len(from_cleaners)} times in {CLEANER_WATCH_S} s "
+        f"({cycles} garbage cycles made; gc.get_objects/get_referrers called from "
+        f"{sorted(set(from_cleaners))})"
+    )
