@@ -34,7 +34,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from pytest_eagersession import _tf
-from pytest_eagersession.explain import StackRoots, explain
+from pytest_eagersession.explain import Explanation, StackRoots, explain
 from pytest_eagersession.kinds import (
     TENSOR,
     VARIABLE,
@@ -204,6 +204,12 @@ def explain_here(
     cannot see what a running frame holds: so what the locals of the frames below this
     package's own hold counts as a root too, reached through that frame.
     """
+    return _explanation_here(obj, max_depth=max_depth, budget_s=budget_s).text()
+
+
+def _explanation_here(
+    obj: object, *, max_depth: int = DEFAULT_CHAIN_DEPTH, budget_s: float = DEFAULT_CHAIN_BUDGET_S
+) -> Explanation:
     own_frames, held_by_frame, snapshots = _stack_roots()
     own_frames.add(id(sys._getframe()))
     ignore = {id(snapshot) for snapshot in snapshots}
@@ -215,7 +221,7 @@ def explain_here(
             budget_s=budget_s,
             stack=StackRoots(own_frames, held_by_frame, ignore),
             more_time=None,
-        ).text()
+        )
     finally:
         held_by_frame.clear()
         snapshots.clear()
@@ -252,8 +258,8 @@ def _records(
 ) -> list[LeakRecord]:
     """``report.build_records``'s records, with holders found by ``explain_here``."""
 
-    def holders(obj: object) -> str:
-        return explain_here(obj, max_depth=chain_depth)
+    def holders(obj: object) -> Explanation:
+        return _explanation_here(obj, max_depth=chain_depth)
 
     return build_records(
         survivors, scope, explain_limit=explain_limit, chain_depth=chain_depth, explainer=holders
@@ -293,7 +299,6 @@ def assert_no_leaks(
         where or f"The code run since checkpoint {since}",
         "checkpoint",
         records,
-        destroyed=False,
         strategy=session.resource_cleanup_strategy.value,
     )
     raise LeakAssertionError(text, records)

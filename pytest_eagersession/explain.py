@@ -39,6 +39,13 @@ class Explanation:
     """The search ran out of time before it found a root."""
     more_time: str | None = "-v searches longer"
     """How to give the search more time, said when it ran out."""
+    root: str | None = None
+    """What the chain starts at: ``"module"`` or ``"frame"`` (a running frame's locals)."""
+
+    @property
+    def certain(self) -> bool:
+        """Whether the holder is the user's own module state: nobody else can be using it."""
+        return self.chain is not None and self.root == "module" and not self.internal
 
     def text(self) -> str:
         """The line a report shows."""
@@ -112,7 +119,10 @@ def explain(
         internal = isinstance(root, types.ModuleType) and root.__name__.split(".")[0] in (
             TENSORFLOW_MODULES
         )
-        return Explanation(render_chain(chain), internal, seconds, more_time=more_time)
+        root_kind = "module" if isinstance(root, types.ModuleType) else "frame"
+        return Explanation(
+            render_chain(chain), internal, seconds, more_time=more_time, root=root_kind
+        )
     finally:
         del chain
 

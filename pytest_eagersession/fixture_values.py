@@ -8,6 +8,8 @@ the module's session, which reports them if they outlive the module.
 from __future__ import annotations
 
 import gc
+import sys
+import threading
 import types
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -18,23 +20,83 @@ from pytest_eagersession.survivors import Survivor
 #: How many objects the search from the fixture values may visit.
 REACH_LIMIT = 200_000
 
-_OPAQUE = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.FrameType)
+_OPAQUE = (types.ModuleType, type, types.CodeType, types.BuiltinFunctionType)
 
 
 def reachable_ids(roots: Iterable[object], limit: int = REACH_LIMIT) -> set[int]:
-    """Ids of the objects reachable from ``roots`` (not through modules, classes or functions)."""
+    """Ids of the objects reachable from ``roots``: what a fixture value owns.
+
+    The walk goes through attributes, containers, bound methods, partials, and functions'
+    closures and defaults (a factory that memoises what it makes, a model's ``train_function``
+    around its ``tf.function`` s), and into the frames of a live thread among the roots (a
+    monitor a fixture started). It never goes through modules, classes, code, or a function's
+    or frame's globals: from there everything would be reachable.
+    """
+    namespaces = {id(module.__dict__) for module in list(sys.modules.values()) if module}
     seen: set[int] = set()
-    frontier = [root for root in roots if not isinstance(root, _OPAQUE)]
-    while frontier and len(seen) < limit:
-        fresh = []
-        for obj in frontier:
-            key = id(obj)
-            if key not in seen:
-                seen.add(key)
-                fresh.append(obj)
-        frontier = [child for child in gc.get_referents(*fresh) if not isinstance(child, _OPAQUE)]
-        del fresh
+    frontier = [root for root in roots if not _opaque(root, namespaces)]
+    frontier.extend(_thread_frames(frontier))
+    try:
+        while frontier and len(seen) < limit:
+            fresh = []
+            for obj in frontier:
+                key = id(obj)
+                if key not in seen:
+                    seen.add(key)
+                    fresh.append(obj)
+            frontier = [child for child in _children(fresh) if not _opaque(child, namespaces)]
+            del fresh
+    finally:
+        frontier = []
     return seen
+
+
+def _children(objects: list[object]) -> list[object]:
+    plain: list[object] = []
+    children: list[object] = []
+    for obj in objects:
+        if isinstance(obj, types.FunctionType):
+            children.extend(cell.cell_contents for cell in obj.__closure__ or () if _full(cell))
+            children.extend((obj.__defaults__, obj.__kwdefaults__, obj.__dict__))
+        elif isinstance(obj, types.FrameType):
+            # A frame's referents are its locals, its globals and builtins, its code, and the
+            # frame below; all but the namespaces and the code are walked.
+            children.extend(
+                child
+                for child in gc.get_referents(obj)
+                if child is not obj.f_globals and child is not obj.f_builtins
+            )
+        else:
+            plain.append(obj)
+    children.extend(gc.get_referents(*plain))
+    return children
+
+
+def _full(cell: types.CellType) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:
+        return False
+    return True
+
+
+def _opaque(obj: object, namespaces: set[int]) -> bool:
+    return obj is None or isinstance(obj, _OPAQUE) or id(obj) in namespaces
+
+
+def _thread_frames(roots: list[object]) -> list[object]:
+    """The running frames of the live threads among ``roots`` (not the caller's own)."""
+    threads = [root for root in roots if isinstance(root, threading.Thread) and root.is_alive()]
+    if not threads:
+        return []
+    current = sys._current_frames()
+    me = threading.get_ident()
+    frames: list[object] = []
+    for thread in threads:
+        frame = current.get(thread.ident) if thread.ident not in (None, me) else None
+        if frame is not None:
+            frames.append(frame)
+    return frames
 
 
 def adopt_held(

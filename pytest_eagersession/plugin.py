@@ -9,6 +9,7 @@ import contextlib
 import inspect
 import json
 import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Generator
@@ -28,7 +29,6 @@ from pytest_eagersession.settings import (
     policy_for,
     resolve,
 )
-from pytest_eagersession.survivors import destroy_resources
 
 #: The type of every ``*eager_session`` fixture, for annotations.
 EagerSessionFixture = EagerSession
@@ -341,12 +341,18 @@ class EagerSessionManager:
         session = self.scope_session(request.node, scope)
         if session is None:
             return (yield)
+        threads_before = set(threading.enumerate())
         session.activate()
         try:
             value = yield
         finally:
             session.deactivate()
-        self._scope_values.setdefault(_scope_key(request.node, scope), []).append(value)
+        # What the value reaches belongs to the scope, and so does what a thread that the
+        # fixture started (a monitor, a prefetcher) keeps in its frames.
+        started = [thread for thread in threading.enumerate() if thread not in threads_before]
+        values = self._scope_values.setdefault(_scope_key(request.node, scope), [])
+        values.append(value)
+        values.extend(started)
         return value
 
     def scope_session(self, node: Any, scope: str) -> EagerSession | None:
@@ -386,16 +392,14 @@ class EagerSessionManager:
             self._report(item, scope, leaks, policy, suppress=False)
 
     def _leaks(self, survivors: tuple[Any, ...], policy: TestPolicy) -> list[Any]:
-        """The survivors no open wider scope takes over and none allows; destroyed under "fail".
+        """The survivors no open wider scope takes over and none allows.
 
         Sessions are built not to destroy their survivors on close: what a wider-scoped
-        fixture's value holds must be handed over to that scope intact, not destroyed first.
+        fixture's value holds must be handed over to that scope intact, and the report decides
+        which leaks are certain enough to destroy.
         """
         survivors = self._without_wider_fixture_values(survivors)
-        leaks = [survivor for survivor in survivors if not survivor.allowed]
-        if leaks and policy.leaks == "fail":
-            destroy_resources(leaks)
-        return leaks
+        return [survivor for survivor in survivors if not survivor.allowed]
 
     def _without_wider_fixture_values(self, survivors: tuple[Any, ...]) -> tuple[Any, ...]:
         """Hand survivors that a wider-scoped fixture's value holds over to that scope."""
@@ -432,6 +436,7 @@ class EagerSessionManager:
             graphs_dir=settings.graphs_dir,
             graph_prefix=_safe_name(item.nodeid) + f"-{scope}",
             graph_errors=graph_errors,
+            destroy=policy.leaks == "fail",
         )
         del leaks
         item.stash.setdefault(_RECORDS_KEY, []).extend(records)
@@ -440,7 +445,6 @@ class EagerSessionManager:
             where,
             scope,
             records,
-            destroyed=policy.leaks == "fail",
             strategy=policy.strategy.value,
         )
         for error in graph_errors:
@@ -490,12 +494,10 @@ class EagerSessionManager:
             with contextlib.suppress(Exception):
                 interrupted.close()
         for key in list(self._scope_sessions):
-            scope_session, policy = self._scope_sessions.pop(key)
+            scope_session, _ = self._scope_sessions.pop(key)
             self._scope_values.pop(key, None)
             if not scope_session.closed:
-                survivors = scope_session.close()
-                if survivors and policy.leaks != "off":
-                    self._leaks(survivors, policy)  # destroyed, not reported: no test to fail
+                scope_session.close()  # leaks found now have no test to fail: none is destroyed
         path = self._settings.json_path
         if path is None or hasattr(self._config, "workerinput"):
             return

@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pytest_eagersession.explain import explain
+from pytest_eagersession.explain import Explanation, explain
 from pytest_eagersession.kinds import format_bytes
-from pytest_eagersession.survivors import Survivor
+from pytest_eagersession.survivors import Survivor, destroy_resources
 
 # Objects a user holds by name come first; tensors, which they often hold through them, last.
 KIND_ORDER = {
@@ -45,6 +45,8 @@ class LeakRecord:
     retained_by: str | None
     summary: str
     allowed: bool = False
+    destroyed: bool = False
+    """Its TensorFlow resource was released at the end of the scope: using it now fails."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON report's fields for this leak."""
@@ -61,11 +63,15 @@ def build_records(
     graphs_dir: str | None = None,
     graph_prefix: str = "leak",
     graph_errors: list[str] | None = None,
-    explainer: Callable[[object], str] | None = None,
+    explainer: Callable[[object], Explanation] | None = None,
+    destroy: bool = False,
 ) -> list[LeakRecord]:
     """Records for ``survivors``, the first ``explain_limit`` of them with their holders' chain.
 
-    ``explainer`` replaces the search for holders (``explain.explain`` by default).
+    ``explainer`` replaces the search for holders (``explain.explain`` by default). With
+    ``destroy``, a resource owner whose holder is certainly the user's own module state is cut
+    off its resource; one held from anywhere else (TensorFlow's state, a running frame, nothing
+    found) may still be in use by later code, and is left intact.
 
     A graph that cannot be written (an unwritable folder, objgraph missing) costs the graphs
     only: the reason goes to ``graph_errors`` once, and no more graphs are tried.
@@ -76,16 +82,18 @@ def build_records(
     records = []
     for index, survivor in enumerate(ordered):
         retained_by = None
+        destroyed = False
         if index < explain_limit and survivor.ref is not None:
             obj = survivor.ref()
             if obj is not None:
                 try:
                     if explainer is not None:
-                        retained_by = explainer(obj)
+                        explanation = explainer(obj)
                     else:
-                        retained_by = explain(
-                            obj, max_depth=chain_depth, budget_s=chain_budget_s
-                        ).text()
+                        explanation = explain(obj, max_depth=chain_depth, budget_s=chain_budget_s)
+                    retained_by = explanation.text()
+                    if destroy and explanation.certain and survivor.kind in _RESOURCE_OWNERS:
+                        destroyed = destroy_resources([survivor]) == 1
                     if graphs_dir is not None:
                         try:
                             write_graph(obj, graphs_dir, f"{graph_prefix}-{index + 1}", chain_depth)
@@ -110,14 +118,13 @@ def build_records(
                 retained_by=retained_by,
                 summary=survivor.summary(),
                 allowed=survivor.allowed,
+                destroyed=destroyed,
             )
         )
     return records
 
 
-def render(
-    where: str, scope: str, records: Sequence[LeakRecord], *, destroyed: bool, strategy: str
-) -> str:
+def render(where: str, scope: str, records: Sequence[LeakRecord], *, strategy: str) -> str:
     """The text a failing (or warned) test shows."""
     total = sum(record.nbytes or 0 for record in records)
     noun = "object" if len(records) == 1 else "objects"
@@ -135,19 +142,33 @@ def render(
             f"  ({unexplained} more not traced, to bound the time spent; -v or "
             "--eagersession-max-leaks traces more)"
         )
-    holders = sorted(
-        {r.kind for r in records if r.kind in _RESOURCE_OWNERS}, key=lambda kind: KIND_ORDER[kind]
-    )
-    if destroyed and holders:
-        lines.append(
-            f"The {', '.join(holders)} objects were cut off their TensorFlow resources at the end "
-            "of the scope: using them now fails."
+    destroyed = [number for number, r in enumerate(records, start=1) if r.destroyed]
+    if destroyed:
+        holders = sorted(
+            {r.kind for r in records if r.destroyed}, key=lambda kind: KIND_ORDER[kind]
         )
+        owners = [n for n, r in enumerate(records, start=1) if r.kind in _RESOURCE_OWNERS]
+        if destroyed == owners:
+            lines.append(
+                f"The {', '.join(holders)} objects were cut off their TensorFlow resources at "
+                "the end of the scope: using them now fails."
+            )
+        else:
+            kept = [number for number in owners if number not in destroyed]
+            lines.append(
+                f"Cut off their TensorFlow resources at the end of the scope (using them now "
+                f"fails): {_numbers(destroyed)}. Left intact, since their holder is not "
+                f"certainly this scope's code: {_numbers(kept)}."
+            )
     lines.append(
         "Expected? Allow it with @pytest.mark.cleanup(allow=...) or "
         "eager_session.detach(obj); creation sites: --eagersession-track-creation."
     )
     return "\n".join(lines)
+
+
+def _numbers(numbers: Sequence[int]) -> str:
+    return ", ".join(f"{number}." for number in numbers)
 
 
 def write_json(path: str, tests: Iterable[dict[str, Any]]) -> None:

@@ -208,6 +208,7 @@ class EagerSession:
         self._collector = CycleCollector()
         self._detached: dict[int, weakref.ref[Any]] = {}
         self._survivors: tuple[Survivor, ...] | None = None
+        self._generator_before: weakref.ref[Any] | None = None
         if self._config is not None:
             _apply_config(self._config)
         if self._async:
@@ -552,6 +553,9 @@ class EagerSession:
         self._check_open()
         stack = contextlib.ExitStack()
         if tensorflow_ready():
+            generator = survivors.global_random_generator()
+            if generator is not None and self._generator_before is None:
+                self._generator_before = weakref.ref(generator)
             stack.enter_context(survivors.fresh_default_graph())
             stack.enter_context(self._tf_scope())
             if self._track_creation or self._strategy is ResourceCleanupStrategy.ON_SAFE_POINTS:
@@ -687,7 +691,13 @@ class EagerSession:
     def _find_survivors(self, since: int) -> list[Survivor]:
         if TRACKER.is_active(self):
             TRACKER.discover()
-        return survivors.find(self._ownership, since, self._is_detached, self._allow)
+        return survivors.find(
+            self._ownership,
+            since,
+            self._is_detached,
+            self._allow,
+            generator_before=self._generator_before,
+        )
 
 
 def _thread_activations() -> list[tuple[EagerSession, contextlib.ExitStack]]:

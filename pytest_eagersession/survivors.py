@@ -106,8 +106,13 @@ def find(
     since: int,
     is_detached: Callable[[object], bool],
     allow: AllowPredicate | None,
+    generator_before: weakref.ref[Any] | None = None,
 ) -> list[Survivor]:
-    """The survivors among ``ownership``'s records; collects garbage only when some are alive."""
+    """The survivors among ``ownership``'s records; collects garbage only when some are alive.
+
+    ``generator_before`` is TensorFlow's global random generator when the session began: one
+    that replaced it since (``tf.random.set_global_generator``) is a survivor, not a singleton.
+    """
     alive = ownership.alive(since)
     try:
         if not alive:
@@ -117,7 +122,7 @@ def find(
         alive = ownership.alive(since)
         if not alive:
             return []
-        ignored = tensorflow_singletons()
+        ignored = tensorflow_singletons(generator_before)
         handles = set()
         for obj, kind, _ in alive:
             handle = owned_handle(obj, kind)
@@ -179,12 +184,21 @@ def tensors_held_by_others(alive: Sequence[tuple[object, str, int]]) -> set[int]
     return held
 
 
-def tensorflow_singletons() -> set[int]:
-    """Ids of objects TensorFlow and Keras create once per process on first use."""
-    ids: set[int] = set()
+def global_random_generator() -> object:
+    """TensorFlow's global random generator, or None while nothing made one."""
     random_ops = sys.modules.get("tensorflow.python.ops.stateful_random_ops")
-    generator = getattr(random_ops, "global_generator", None)
-    if generator is not None:
+    return getattr(random_ops, "global_generator", None)
+
+
+def tensorflow_singletons(generator_before: weakref.ref[Any] | None = None) -> set[int]:
+    """Ids of objects TensorFlow and Keras create once per process on first use.
+
+    The global random generator counts when TensorFlow made it on first use (there was none
+    before) or it is still the one there was: not when the session's code installed its own.
+    """
+    ids: set[int] = set()
+    generator = global_random_generator()
+    if generator is not None and (generator_before is None or generator_before() is generator):
         ids.add(id(generator))
         state = getattr(generator, "_state_var", None)
         if state is not None:

@@ -482,8 +482,7 @@ def make_op_callback(
             op = op_type.decode() if isinstance(op_type, bytes) else str(op_type)
             for output in outputs:
                 ownership.note_creation(output, op, where)
-        if safe_points:
-            if collector.note(sum(tensor_nbytes(output) for output in outputs)) is not None:
-                collector.collect()
+        if safe_points and collector.note(sum(map(tensor_nbytes, outputs))) is not None:
+            collector.collect()
 
     return on_op

@@ -698,6 +698,7 @@ JSON_TESTS = """
 """
 
 LEAK_FIELDS = {
+    "destroyed",
     "scope",
     "type",
     "kind",
@@ -763,6 +764,7 @@ def test_json_report(pytester: pytest.Pytester) -> None:
         "retained_by": "held by test_json._CACHE (list) -> [0] -> EagerTensor",
         "summary": "tensor: EagerTensor float32[2] 8 B on CPU:0",
         "allowed": False,
+        "destroyed": False,
     }
 
     tracked = tests["test_json.py::test_tracked"]

@@ -1,0 +1,216 @@
+"""What real TensorFlow suites do, under the plugin: no outcome changes but a true leak's.
+
+Each inner suite passes with ``-p no:eagersession``; these tests check that it passes with the
+plugin on too (and that the one true leak among them is still reported).
+"""
+
+from __future__ import annotations
+
+import keras  # noqa: F401  (imported once: pytester restores sys.modules after each run)
+import pytest
+import tensorflow  # noqa: F401
+from support import CHAIN_BUDGET
+
+pytestmark = pytest.mark.cleanup(leaks="off")
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", CHAIN_BUDGET, *args
+    )
+
+
+def both_ways(pytester: pytest.Pytester, *args: str, **outcomes: int) -> pytest.RunResult:
+    """Run the suite with the plugin off, then on; both must give ``outcomes``."""
+    plain = [arg for arg in args if not arg.startswith("--eagersession")]
+    pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:eagersession", *plain
+    ).assert_outcomes(**outcomes)
+    result = run(pytester, *args)
+    result.assert_outcomes(**outcomes)
+    return result
+
+
+def test_reset_default_graph_and_clear_session_inside_a_test(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import keras
+        import tensorflow as tf
+
+        def test_reset_default_graph():
+            tf.compat.v1.reset_default_graph()
+            assert float(tf.constant(2.0) * 3.0) == 6.0
+
+        def test_clear_session():
+            keras.backend.clear_session()
+            model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+            assert model(tf.ones((1, 2))).shape == (1, 1)
+            keras.backend.clear_session()
+
+        def test_from_generator_after_a_reset():
+            tf.compat.v1.reset_default_graph()
+            dataset = tf.data.Dataset.from_generator(
+                lambda: iter(range(3)), output_signature=tf.TensorSpec((), tf.int64)
+            )
+            assert [int(x) for x in dataset] == [0, 1, 2]
+        """
+    )
+    result = both_ways(pytester, passed=3)
+    result.stdout.no_fnmatch_line("*leaked*")
+
+
+def test_tf_test_case_patterns(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import keras
+        import tensorflow as tf
+        from absl.testing import parameterized
+        from tensorflow.python.framework import test_util
+
+        class GraphAndEager(tf.test.TestCase, parameterized.TestCase):
+            def setUp(self):
+                super().setUp()
+                keras.backend.clear_session()
+                self.model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+
+            def tearDown(self):
+                tf.config.run_functions_eagerly(False)
+                super().tearDown()
+
+            def test_model_on_self(self):
+                self.assertEqual(self.model(tf.ones((4, 3))).shape, (4, 2))
+
+            def test_cached_session_in_graph_mode(self):
+                with tf.Graph().as_default(), self.cached_session() as sess:
+                    total = tf.constant(1.0) + tf.constant(2.0)
+                    self.assertEqual(sess.run(total), 3.0)
+
+            @test_util.run_in_graph_and_eager_modes
+            def test_both_modes(self):
+                self.assertAllEqual(self.evaluate(tf.constant([1, 2]) * 2), [2, 4])
+
+            @parameterized.named_parameters(("eager", True), ("traced", False))
+            def test_run_functions_eagerly(self, eagerly):
+                tf.config.run_functions_eagerly(eagerly)
+                double = tf.function(lambda x: x * 2)
+                self.assertEqual(float(double(tf.constant(2.0))), 4.0)
+
+            @test_util.assert_no_new_tensors
+            def test_tensorflows_own_leak_check(self):
+                self.assertEqual(float(tf.reduce_sum(tf.ones((3, 3)))), 9.0)
+
+            @test_util.assert_no_garbage_created
+            def test_tensorflows_own_garbage_check(self):
+                self.assertEqual(len([1, 2, 3]), 3)
+        """
+    )
+    for strategy in ("in_background", "on_safe_points", "on_session_close"):
+        # tf.test.TestCase's deprecated test_session() is collected, and skips itself
+        result = both_ways(pytester, f"--eagersession-strategy={strategy}", passed=7, skipped=1)
+        result.stdout.no_fnmatch_line("*leaked*")
+
+
+def test_mocks_that_record_tensors_are_not_kept_alive(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        from unittest import mock
+        import tensorflow as tf
+
+        def test_mock_records_a_variable():
+            callback = mock.MagicMock()
+            variable = tf.Variable(tf.ones((4,)))
+            callback(variable, scale=tf.constant(2.0))
+            callback.assert_called_once()
+
+        def test_patch_object():
+            with mock.patch.object(tf.random, "uniform", return_value=tf.zeros((2,))):
+                assert tf.random.uniform((2,)).numpy().tolist() == [0.0, 0.0]
+        """
+    )
+    result = both_ways(pytester, passed=2)
+    result.stdout.no_fnmatch_line("*leaked*")
+
+
+def test_what_wider_fixtures_own_through_closures_and_threads(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import threading
+        import keras
+        import pytest
+        import tensorflow as tf
+
+        @pytest.fixture(scope="module")
+        def make_model():
+            built = {}
+
+            def make(units):  # memoises what it makes: the fixture owns it
+                if units not in built:
+                    built[units] = keras.Sequential([keras.Input((2,)), keras.layers.Dense(units)])
+                return built[units]
+
+            return make
+
+        @pytest.fixture(scope="module")
+        def model():
+            return keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+
+        @pytest.fixture(scope="module")
+        def monitor():
+            latest = []
+            stop = threading.Event()
+
+            def watch():
+                while not stop.is_set():
+                    reading = tf.random.uniform((8,))  # kept in this thread's frame
+                    latest[:] = [float(tf.reduce_sum(reading))]
+                    stop.wait(0.01)
+
+            thread = threading.Thread(target=watch, daemon=True)
+            thread.start()
+            yield latest
+            stop.set()
+            thread.join()
+
+        def test_factory_first(make_model):
+            assert make_model(3)(tf.ones((1, 2))).shape == (1, 3)
+
+        def test_factory_again(make_model):
+            assert make_model(3)(tf.ones((1, 2))).shape == (1, 3)
+
+        def test_predict_builds_the_models_functions(model):
+            assert model.predict(tf.ones((4, 2)), verbose=0).shape == (4, 1)
+
+        def test_predict_again(model):
+            assert model.predict(tf.ones((4, 2)), verbose=0).shape == (4, 1)
+
+        def test_monitor_runs(monitor):
+            threading.Event().wait(0.05)
+            assert monitor
+        """
+    )
+    result = both_ways(pytester, passed=5)
+    result.stdout.no_fnmatch_line("*leaked*")
+
+
+def test_a_replaced_global_generator_is_a_leak(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import tensorflow as tf
+
+        def test_uses_the_global_generator():
+            assert tf.random.get_global_generator().normal((2,)).shape == (2,)
+
+        def test_replaces_it():
+            tf.random.set_global_generator(tf.random.Generator.from_seed(1))
+
+        def test_uses_it_after():
+            # The leak is TensorFlow's state now: reported, but not destroyed under this test.
+            assert tf.random.get_global_generator().normal((2,)).shape == (2,)
+        """
+    )
+    result = run(pytester)
+    result.assert_outcomes(passed=3, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*test_replaces_it leaked*", "*held by TensorFlow internals: *global_generator*"]
+    )
+    result.stdout.no_fnmatch_line("*cut off*")
