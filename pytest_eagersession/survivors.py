@@ -107,18 +107,26 @@ def find(
     is_detached: Callable[[object], bool],
     allow: AllowPredicate | None,
     generator_before: weakref.ref[Any] | None = None,
+    thaw: Callable[[], bool] | None = None,
 ) -> list[Survivor]:
     """The survivors among ``ownership``'s records; collects garbage only when some are alive.
 
     ``generator_before`` is TensorFlow's global random generator when the session began: one
     that replaced it since (``tf.random.set_global_generator``) is a survivor, not a singleton.
+    ``thaw`` undoes a freeze of the older objects (``heap.OlderObjectsFrozen``): the first
+    collection then walks the session's objects alone, and only if some of them outlive it is
+    the heap thawed and collected whole (an old cycle may be what keeps them).
     """
     alive = ownership.alive(since)
     try:
         if not alive:
+            if thaw is not None:
+                thaw()
             return []
         alive = []  # hold nothing while the collector runs
         gc.collect()
+        if thaw is not None and thaw() and ownership.alive(since):
+            gc.collect()
         alive = ownership.alive(since)
         if not alive:
             return []
@@ -318,7 +326,7 @@ def release_custom_gradients() -> int:
         function = entry.get("type") if isinstance(entry, dict) else None
         if not isinstance(function, types.FunctionType):
             continue
-        graph = _only_graph_of(function)
+        graph = _graph_of(function)
         if graph is None:
             continue
         owned = getattr(graph, "_eagersession_custom_gradients", None)
@@ -334,30 +342,62 @@ def release_custom_gradients() -> int:
     return moved
 
 
-def _only_graph_of(function: types.FunctionType) -> Any:
-    """The one graph whose tensors ``function``'s closures hold (in lists and tuples), or None."""
+#: How many objects the walk from a gradient function to its graph may visit.
+GRAPH_WALK_LIMIT = 5_000
+
+
+def _graph_of(function: types.FunctionType) -> Any:
+    """The graph ``function`` was registered while building, or None when that is unclear.
+
+    A breadth-first walk from the function (closures, wrapper objects, containers; never
+    modules or classes) to the graphs, graph tensors and operations it keeps: the arguments
+    and results of the ``tf.custom_gradient`` call, the graph it was traced in. The nearest
+    graph is the one, unless two are equally near.
+    """
     from tensorflow.python.framework import ops, tensor
 
-    graphs: dict[int, Any] = {}
-    pending: list[Any] = [function]
-    seen: set[int] = set()
-    while pending and len(seen) < 1000:
-        obj = pending.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
+    opaque = (types.ModuleType, type, types.CodeType)
+    seen = {id(function)}
+    level: list[Any] = [function]
+    try:
+        while level and len(seen) < GRAPH_WALK_LIMIT:
+            graphs: dict[int, Any] = {}
+            following: list[Any] = []
+            for referent in _referents(level):
+                if id(referent) in seen or isinstance(referent, opaque):
+                    continue
+                seen.add(id(referent))
+                if isinstance(referent, ops.Graph):
+                    graphs[id(referent)] = referent
+                elif isinstance(referent, (tensor.Tensor, ops.Operation)) and not isinstance(
+                    referent, ops.EagerTensor
+                ):
+                    graph = referent.graph
+                    graphs[id(graph)] = graph
+                else:
+                    following.append(referent)
+            if graphs:
+                return next(iter(graphs.values())) if len(graphs) == 1 else None
+            level = following
+        return None
+    finally:
+        level = []
+
+
+def _referents(objects: list[Any]) -> list[Any]:
+    """What ``objects`` refer to, a function's globals and code left out."""
+    found: list[Any] = []
+    plain: list[Any] = []
+    for obj in objects:
         if isinstance(obj, types.FunctionType):
             for cell in obj.__closure__ or ():
                 with contextlib.suppress(ValueError):  # an empty cell
-                    pending.append(cell.cell_contents)
-        elif isinstance(obj, (list, tuple)):
-            pending.extend(obj)
-        elif isinstance(obj, (tensor.Tensor, ops.Operation)) and not isinstance(
-            obj, ops.EagerTensor
-        ):
-            graph = obj.graph
-            graphs[id(graph)] = graph
-    return next(iter(graphs.values())) if len(graphs) == 1 else None
+                    found.append(cell.cell_contents)
+            found.extend((obj.__defaults__, obj.__kwdefaults__))
+        else:
+            plain.append(obj)
+    found.extend(gc.get_referents(*plain))
+    return found
 
 
 def clear_tensorflow_caches(*, kernels: bool) -> None:
