@@ -196,7 +196,7 @@ class EagerSessionManager:
             pytest.fail(message, pytrace=False)
         item.stash[_POLICY_KEY] = policy
         item.stash[_RECORDS_KEY] = []
-        session = _build(policy).build()
+        session = _build(policy).freeze_older_objects().build()
         item.stash[_SESSION_KEY] = session
         self._test_session = session  # closed at the end of the run if teardown never comes
         session.activate()
