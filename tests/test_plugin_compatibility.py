@@ -214,3 +214,71 @@ def test_a_replaced_global_generator_is_a_leak(pytester: pytest.Pytester) -> Non
         ["*test_replaces_it leaked*", "*held by TensorFlow internals: *global_generator*"]
     )
     result.stdout.no_fnmatch_line("*cut off*")
+
+
+def test_heap_listings_see_objects_older_than_the_test(pytester: pytest.Pytester) -> None:
+    # The plugin freezes older objects while a test runs (its survivor check then collects the
+    # test's objects alone); code that lists the heap must still see all of it.
+    pytester.makepyfile(
+        """
+        import gc
+        import tensorflow as tf
+
+        class Old:
+            pass
+
+        OLD = Old()
+
+        class Cycle:
+            def __init__(self):
+                self.me = self
+                self.tensor = None
+
+        PARKED = [Cycle()]
+
+        def test_get_objects_sees_module_state():
+            assert any(obj is OLD for obj in gc.get_objects())
+            assert gc.get_freeze_count() == 0
+
+        def test_get_referrers_sees_module_state():
+            assert any(ref is OLD.__dict__ or ref is globals() for ref in gc.get_referrers(OLD))
+
+        def test_an_old_cycle_that_dies_with_a_new_tensor_is_not_a_leak():
+            cycle = PARKED.pop()  # made at import: older than the test
+            cycle.tensor = tf.ones((64,))
+            del cycle  # garbage now, in a cycle the frozen heap holds
+        """
+    )
+    result = both_ways(pytester, passed=3)
+    result.stdout.no_fnmatch_line("*leaked*")
+
+
+def test_a_freezing_session_freezes_while_active_and_thaws_at_close() -> None:
+    import gc
+
+    import tensorflow as tf
+
+    from pytest_eagersession import EagerSession
+
+    gc.get_objects()  # thaws the freeze of this test's own session, if the plugin made one
+    listing = gc.get_objects
+    assert gc.get_freeze_count() == 0
+    session = EagerSession.options().freeze_older_objects().build()
+    session.activate()
+    try:
+        assert gc.get_freeze_count() > 0
+        kept = tf.ones((4,))
+        assert gc.get_objects is not listing  # wrapped: a listing thaws first
+    finally:
+        survivors = session.close()
+    assert gc.get_freeze_count() == 0
+    assert gc.get_objects is listing
+    assert [s.kind for s in survivors] == ["tensor"]  # found through the thawed, full collection
+    del kept
+
+    session = EagerSession.options().freeze_older_objects().build()
+    with session:
+        assert gc.get_freeze_count() > 0
+        assert len(gc.get_objects()) > 0
+        assert gc.get_freeze_count() == 0  # the listing thawed the heap
+        assert gc.get_objects is listing
