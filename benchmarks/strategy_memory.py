@@ -166,7 +166,7 @@ def main() -> None:
         ratio = results["cycles"][strategy]["peak_rss_mib"] / none if none else float("nan")
         print(f"  {strategy}: {ratio:.2f} of the growth without a session")
     print(
-        f"\nThe same loop making 200 short-lived Python objects an iteration besides "
+        "\nThe same loop making 200 short-lived Python objects an iteration besides "
         "(log records, metric dicts)"
     )
     print(f"{'session':<18} {'peak RSS growth':>16} {'cycle collections':>18}")

@@ -1,0 +1,738 @@
+"""The real-suite gate: other people's tests, with the plugin off and on, side by side.
+
+Runs a fixed subset of Keras's own test files (from the installed wheel) and the project's
+``tf.test.TestCase``-style suite (``realsuite/tf_style``) twice: with ``-p no:eagersession``
+and with the plugin on, at its default settings. Then compares every test's outcome. The plugin
+may change a test's outcome in one way only: by reporting a leak at its teardown. Any other
+difference (a failure, another error, a test that passes only with the plugin) breaks the gate.
+
+    python benchmarks/realsuite.py [--only on|off] [--json PATH] [-n N]
+                                   [--eagersession-OPTION=VALUE ...] [-- PYTEST_ARGS ...]
+
+``--eagersession-*`` options go to the plugin-on run; ``-n`` and everything after ``--`` (``-k``,
+``-x``, ...) go to both. ``--only on`` runs the plugin-on side alone (a version matrix job): a
+test then breaks the gate if it fails or errors other than by a leak report, since every test
+here passes without the plugin. ``--only off`` checks that baseline. ``./scripts/realsuite``
+runs this in the project's environment. Exit status: 0 the gate holds, 1 it does not, 2 a run
+did not complete (a crash, a usage error, no report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+GATE = ROOT / "realsuite"  # the gate's rootdir: pytest.ini, our suites, the staging folder
+STAGE = GATE / "_gate"  # generated, git-ignored: the copied Keras tests and the results
+KERAS_PACKAGE = "keras_src"  # the copies' package (never "keras": it would shadow Keras)
+
+# Keras's own test files, relative to keras/src in the installed wheel, in the order they run.
+# Chosen to pass without the plugin with KERAS_BACKEND=tensorflow on a CPU-only machine, and to
+# run in about 3 minutes there (2 cores). Not taken: files that need JAX, torch, grain, orbax or
+# tensorboard; files that deserialize classes defined in their own module by module name (they
+# only work inside the keras package: core/wrapper, rnn/rnn, rnn/dropout_rnn_cell); and the
+# slowest files (models/model_test, trainers/trainer_test, conv_test, embedding_test, ...).
+KERAS_TEST_FILES: tuple[str, ...] = (
+    # layers/core
+    "layers/core/dense_test.py",
+    "layers/core/identity_test.py",
+    "layers/core/input_layer_test.py",
+    "layers/core/lambda_layer_test.py",
+    "layers/core/masking_test.py",
+    # layers/activations
+    "layers/activations/activation_test.py",
+    "layers/activations/elu_test.py",
+    "layers/activations/leaky_relu_test.py",
+    "layers/activations/prelu_test.py",
+    "layers/activations/relu_test.py",
+    "layers/activations/softmax_test.py",
+    # layers/normalization
+    "layers/normalization/group_normalization_test.py",
+    "layers/normalization/layer_normalization_test.py",
+    "layers/normalization/rms_normalization_test.py",
+    "layers/normalization/unit_normalization_test.py",
+    # layers/convolutional
+    "layers/convolutional/depthwise_conv_test.py",
+    # layers/pooling
+    "layers/pooling/adaptive_pooling1d_test.py",
+    "layers/pooling/adaptive_pooling2d_test.py",
+    "layers/pooling/adaptive_pooling3d_test.py",
+    "layers/pooling/average_pooling_test.py",
+    "layers/pooling/global_average_pooling_test.py",
+    "layers/pooling/global_max_pooling_test.py",
+    "layers/pooling/max_pooling_test.py",
+    # layers/rnn
+    "layers/rnn/conv_lstm_test.py",
+    "layers/rnn/simple_rnn_test.py",
+    "layers/rnn/time_distributed_test.py",
+    # layers/merging
+    "layers/merging/merging_test.py",
+    # layers/reshaping
+    "layers/reshaping/cropping1d_test.py",
+    "layers/reshaping/cropping2d_test.py",
+    "layers/reshaping/flatten_test.py",
+    "layers/reshaping/permute_test.py",
+    "layers/reshaping/repeat_vector_test.py",
+    "layers/reshaping/reshape_test.py",
+    "layers/reshaping/up_sampling1d_test.py",
+    "layers/reshaping/zero_padding1d_test.py",
+    "layers/reshaping/zero_padding2d_test.py",
+    "layers/reshaping/zero_padding3d_test.py",
+    # optimizers
+    "optimizers/adadelta_test.py",
+    "optimizers/adagrad_test.py",
+    "optimizers/adam_test.py",
+    "optimizers/adamax_test.py",
+    "optimizers/adamw_test.py",
+    "optimizers/ftrl_test.py",
+    "optimizers/lamb_test.py",
+    "optimizers/loss_scale_optimizer_test.py",
+    "optimizers/nadam_test.py",
+    "optimizers/optimizer_test.py",
+    "optimizers/rmsprop_test.py",
+    "optimizers/sgd_test.py",
+    "optimizers/schedules/learning_rate_schedule_test.py",
+    # callbacks
+    "callbacks/callback_test.py",
+    "callbacks/lambda_callback_test.py",
+    "callbacks/terminate_on_nan_test.py",
+    # trainers
+    "trainers/compile_utils_test.py",
+    "trainers/epoch_iterator_test.py",
+    "trainers/data_adapters/data_adapter_utils_test.py",
+    # models
+    "models/cloning_test.py",
+    "models/functional_test.py",
+    "models/sequential_test.py",
+    # the TensorFlow backend
+    "backend/tensorflow/name_scope_test.py",
+    "backend/tensorflow/saved_model_test.py",
+    "backend/tensorflow/distribute_test.py",
+    "backend/tensorflow/optimizer_distribute_test.py",
+)
+
+# The project's own suite of TensorFlow-style tests, relative to realsuite/.
+OWN_TEST_FILES: tuple[str, ...] = (
+    "tf_style/test_tf_testcase.py",
+    "tf_style/test_module_fixtures.py",
+    "tf_style/test_warnings_as_errors.py",
+)
+
+OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+TEXT_LINES = 15  # lines of a failure's text shown per test
+LEAK_TEXT = re.compile(r"\bleaked \d+ TensorFlow objects? \(.*?\) that outlived its \w+ scope")
+
+
+@dataclass
+class TestResult:
+    """One test's outcome in one run, from the JUnit XML: the worst of its phases."""
+
+    outcome: str = "passed"
+    call_failed: bool = False
+    messages: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+
+    def add(self, outcome: str, message: str = "", text: str = "") -> None:
+        if OUTCOME_RANK[outcome] > OUTCOME_RANK[self.outcome]:
+            self.outcome = outcome
+        if outcome == "failed":
+            self.call_failed = True
+        if message:
+            self.messages.append(message)
+        if text:
+            self.texts.append(text)
+
+
+@dataclass
+class Run:
+    """One pytest run of the gate."""
+
+    name: str
+    returncode: int
+    wall_s: float
+    cpu_s: float
+    results: dict[str, TestResult]
+    leaks: dict[str, list[dict[str, Any]]]
+    log: Path
+
+    def counts(self) -> dict[str, int]:
+        counted = Counter(result.outcome for result in self.results.values())
+        return {outcome: counted.get(outcome, 0) for outcome in OUTCOME_RANK} | {
+            "total": len(self.results)
+        }
+
+
+@dataclass
+class Difference:
+    """A test whose outcome the plugin changed."""
+
+    nodeid: str
+    off: str
+    on: str
+    leak: bool  # the change is the plugin's leak report, and nothing else
+    signature: str
+    text: list[str]
+    leaks: list[dict[str, Any]]
+
+
+# ----------------------------------------------------------------------------- staging
+
+
+def keras_tests_root() -> Path:
+    """keras/src in the installed wheel, found without importing Keras (and TensorFlow)."""
+    spec = importlib.util.find_spec("keras")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("realsuite: Keras is not installed in this environment")
+    return Path(next(iter(spec.submodule_search_locations))) / "src"
+
+
+def stage_keras_tests() -> list[str]:
+    """Copy the chosen Keras test files under realsuite/_gate/, with our conftest.
+
+    The copies form a package (``keras_src``), as they do in the Keras repository, so that
+    pytest imports them by their dotted names and their ``from conftest import`` finds ours.
+    Returns their paths relative to realsuite/, in KERAS_TEST_FILES's order.
+    """
+    source = keras_tests_root()
+    missing = [name for name in KERAS_TEST_FILES if not (source / name).is_file()]
+    if missing:
+        raise SystemExit(f"realsuite: not in the installed Keras ({source}): {', '.join(missing)}")
+    package = STAGE / KERAS_PACKAGE
+    if package.exists():
+        shutil.rmtree(package)
+    staged = []
+    for name in KERAS_TEST_FILES:
+        target = package / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / name, target)
+        staged.append(str(target.relative_to(GATE)))
+    for folder in [package, *package.rglob("*")]:
+        if folder.is_dir() and folder.name != "__pycache__":
+            (folder / "__init__.py").touch()
+    shutil.copyfile(GATE / "keras_conftest.py", STAGE / "conftest.py")
+    return staged
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def pytest_command(
+    paths: Sequence[str], junit: Path, extra: Sequence[str], plugin: bool, report: Path
+) -> list[str]:
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-c",
+        str(GATE / "pytest.ini"),
+        "--rootdir",
+        str(GATE),
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        f"--junitxml={junit}",
+    ]
+    if installed("pytest_randomly"):
+        command += ["-p", "no:randomly"]
+    if installed("pytest_timeout"):
+        command += ["-o", "timeout=600"]
+    if plugin:
+        command.append(f"--eagersession-json={report}")
+    else:
+        command += ["-p", "no:eagersession"]
+    return [*command, *extra, *paths]
+
+
+def run_side(name: str, paths: Sequence[str], extra: Sequence[str], plugin: bool) -> Run:
+    results_dir = STAGE / "results"
+    results_dir.mkdir(parents=True, exist_ok=True)
+    junit = results_dir / f"junit-{name}.xml"
+    report = results_dir / f"eagersession-{name}.json"
+    log = results_dir / f"output-{name}.txt"
+    for stale in (junit, report, log):
+        stale.unlink(missing_ok=True)
+    command = pytest_command(paths, junit, extra, plugin, report)
+    env = dict(
+        os.environ,
+        KERAS_BACKEND="tensorflow",
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONHASHSEED="0",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    print(
+        f"== plugin {name}: {len(paths)} test files (output: {log.relative_to(ROOT)})", flush=True
+    )
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    with log.open("w", encoding="utf-8") as output:
+        output.write(" ".join(command) + "\n\n")
+        output.flush()
+        completed = subprocess.run(
+            command, cwd=GATE, env=env, stdout=output, stderr=subprocess.STDOUT, check=False
+        )
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    last = [line for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+    print(f"   {last[-1] if last else '(no output)'}", flush=True)
+    if completed.returncode not in (0, 1) or not junit.is_file():
+        tail = "\n".join(last[-30:])
+        raise RunIncomplete(
+            f"plugin {name}: pytest exited with status {completed.returncode}"
+            f"{'' if junit.is_file() else ' and wrote no JUnit XML'}; the end of its output:\n"
+            f"{tail}"
+        )
+    leaks = read_leaks(report) if plugin else {}
+    return Run(name, completed.returncode, wall, cpu, read_junit(junit), leaks, log)
+
+
+class RunIncomplete(Exception):
+    """A run that did not get as far as a report of every test."""
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def nodeid_key(nodeid: str) -> str:
+    """The id JUnit XML knows a test by (pytest's ``mangle_test_address``), from its node id."""
+    path, bracket, params = nodeid.partition("[")
+    names = path.split("::")
+    names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
+    names[-1] += bracket + params
+    return ".".join(names[:-1]) + "::" + names[-1]
+
+
+def read_junit(path: Path) -> dict[str, TestResult]:
+    """Every test case's worst outcome; a case pytest splits in two (a failing call and a
+    failing teardown) is merged back."""
+    results: dict[str, TestResult] = defaultdict(TestResult)
+    for case in ET.parse(path).getroot().iter("testcase"):
+        key = f"{case.get('classname', '')}::{case.get('name', '')}"
+        result = results[key]
+        result.add("passed")
+        for child in case:
+            kind = {"failure": "failed", "error": "error", "skipped": "skipped"}.get(child.tag)
+            if kind is not None:
+                result.add(kind, child.get("message", ""), child.text or "")
+    return dict(results)
+
+
+def read_leaks(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """The leaks the plugin reported (not the allowed ones), by JUnit key."""
+    if not path.is_file():
+        return {}
+    tests = json.loads(path.read_text(encoding="utf-8")).get("tests", [])
+    leaks: dict[str, list[dict[str, Any]]] = {}
+    for test in tests:
+        reported = [leak for leak in test.get("leaks") or [] if not leak.get("allowed")]
+        if reported:
+            leaks[nodeid_key(test["nodeid"])] = reported
+    return leaks
+
+
+def gate_paths() -> list[str]:
+    """Every test file of the gate, relative to realsuite/, in the order they run."""
+    return [f"{STAGE.name}/{KERAS_PACKAGE}/{name}" for name in KERAS_TEST_FILES] + list(
+        OWN_TEST_FILES
+    )
+
+
+def display_id(key: str) -> str:
+    """A JUnit key back to the test's node id, for people."""
+    dotted, _, name = key.partition("::")
+    for path in gate_paths():
+        module = path.removesuffix(".py").replace("/", ".")
+        if dotted == module:
+            return f"{path}::{name}"
+        if dotted.startswith(module + "."):
+            return f"{path}::{dotted[len(module) + 1 :].replace('.', '::')}::{name}"
+    return key
+
+
+ANSI = re.compile(r"(\x1b|#x1B)\[[0-9;]*m")
+
+
+def raised(text: str) -> str:
+    """The exception a traceback ends with: its last block of pytest's ``E`` lines."""
+    blocks: list[list[str]] = []
+    previous = False
+    for line in ANSI.sub("", text).splitlines():
+        current = line.startswith("E ") or line == "E"
+        if current:
+            if not previous:
+                blocks.append([])
+            blocks[-1].append(line[1:].strip())
+        previous = current
+    return "\n".join(blocks[-1]) if blocks else ""
+
+
+def signature(message: str) -> str:
+    """A failure's message reduced to what tests failing the same way share."""
+    lines = [line.strip() for line in ANSI.sub("", message).splitlines() if line.strip()]
+    if not lines:
+        return "(no message)"
+    first = lines[0]
+    if "Exception encountered when calling" in first and len(lines) > 1:
+        first += " " + lines[1]  # Keras's wrapper: the cause is on the next line
+    first = re.sub(r"failed on (setup|teardown) with ", r"\1: ", first)
+    first = re.sub(r"0x[0-9a-fA-F]+", "0x...", first)
+    first = re.sub(r"\b\d{6,}\b", "N", first)
+    first = re.sub(r"_\d+\b", "_N", first)  # Keras's numbered layer, model and variable names
+    return first[:240]
+
+
+def trimmed(text: str, lines: int = TEXT_LINES, *, tail: bool = False) -> list[str]:
+    """At most ``lines`` lines of ``text``: its start, or its end (where a traceback's error is)."""
+    kept = ANSI.sub("", text).rstrip().splitlines()
+    if len(kept) <= lines:
+        return kept
+    if tail:
+        return [f"... ({len(kept) - lines} lines above)", *kept[-lines:]]
+    return [*kept[:lines], f"... ({len(kept) - lines} more lines)"]
+
+
+# ----------------------------------------------------------------------------- comparing
+
+
+def is_leak_only(result: TestResult, leaks: list[dict[str, Any]]) -> bool:
+    """Whether this plugin-on result is a leak report and nothing else."""
+    return (
+        result.outcome == "error"
+        and bool(leaks)
+        and not result.call_failed
+        and bool(result.texts)
+        and all(LEAK_TEXT.search(text) for text in result.texts)
+    )
+
+
+def failure(result: TestResult) -> str:
+    """What a failed or errored test raised, as a signature."""
+    text = "\n\n".join(result.texts)
+    return signature(raised(text) or (result.messages[0] if result.messages else ""))
+
+
+def difference(key: str, off: str, on_result: TestResult, on_run: Run) -> Difference:
+    leaks = on_run.leaks.get(key, [])
+    leak = is_leak_only(on_result, leaks)
+    if on_result.messages:
+        message = on_result.messages[0]
+    elif on_result.outcome == "passed":
+        message = f"passes with the plugin, {off} without it"
+    else:
+        message = f"{on_result.outcome} with the plugin"
+    text = "\n\n".join(on_result.texts) if on_result.texts else message
+    return Difference(
+        nodeid=display_id(key),
+        off=off,
+        on=on_result.outcome,
+        leak=leak,
+        signature="leak report" if leak else signature(raised(text) or message),
+        text=trimmed(text, tail=not leak),
+        leaks=leaks,
+    )
+
+
+def changed(off: TestResult, on: TestResult) -> bool:
+    """Whether the plugin changed this outcome: another outcome, or a failure of another kind."""
+    if off.outcome != on.outcome:
+        return True
+    return off.outcome in ("failed", "error") and failure(off) != failure(on)
+
+
+def compare(off: Run | None, on: Run) -> list[Difference]:
+    """The tests whose outcome differs; without a plugin-off run, those that fail or error."""
+    differences = []
+    for key, on_result in on.results.items():
+        if off is None:
+            if on_result.outcome in ("failed", "error"):
+                differences.append(difference(key, "not run", on_result, on))
+            continue
+        off_result = off.results.get(key)
+        if off_result is None:
+            differences.append(difference(key, "missing", on_result, on))
+        elif changed(off_result, on_result):
+            off_outcome = off_result.outcome
+            if off_outcome == on_result.outcome:
+                off_outcome += f" ({failure(off_result)})"  # failing another way
+            differences.append(difference(key, off_outcome, on_result, on))
+    for key, off_result in (off.results if off is not None else {}).items():
+        if key not in on.results:
+            differences.append(
+                Difference(display_id(key), off_result.outcome, "missing", False, "not run", [], [])
+            )
+    return differences
+
+
+def holder(leak: dict[str, Any]) -> str:
+    """What holds a leak, for grouping: the first link of its ``retained_by`` chain."""
+    chain = leak.get("retained_by")
+    if not chain:
+        return "(not traced: beyond --eagersession-max-leaks)"
+    first = chain.split(" -> ")[0]
+    return re.sub(r"\d+(\.\d+)? s\b", "N s", first)
+
+
+def leak_groups(on: Run) -> list[dict[str, Any]]:
+    """Every reported leak of the plugin-on run, grouped by holder, largest group first."""
+    groups: dict[str, dict[str, Any]] = {}
+    for key, leaks in on.leaks.items():
+        for leak in leaks:
+            group = groups.setdefault(
+                holder(leak), {"holder": holder(leak), "leaks": 0, "kinds": Counter(), "tests": []}
+            )
+            group["leaks"] += 1
+            group["kinds"][leak.get("kind", "?")] += 1
+            if display_id(key) not in group["tests"]:
+                group["tests"].append(display_id(key))
+            group.setdefault("example", leak.get("retained_by"))
+            group.setdefault("example_summary", leak.get("summary"))
+    ordered = sorted(groups.values(), key=lambda g: (-len(g["tests"]), -g["leaks"], g["holder"]))
+    for group in ordered:
+        group["kinds"] = dict(group["kinds"].most_common())
+    return ordered
+
+
+# ----------------------------------------------------------------------------- reporting
+
+
+def print_counts(runs: Iterable[Run]) -> None:
+    print("\n== counts")
+    print(
+        f"   {'run':<12}{'total':>7}{'passed':>8}{'failed':>8}{'error':>7}{'skipped':>9}"
+        f"{'wall':>10}{'cpu':>10}"
+    )
+    for run in runs:
+        c = run.counts()
+        print(
+            f"   plugin {run.name:<5}{c['total']:>7}{c['passed']:>8}{c['failed']:>8}"
+            f"{c['error']:>7}{c['skipped']:>9}{run.wall_s:>9.1f}s{run.cpu_s:>9.1f}s"
+        )
+
+
+def transition(item: Difference) -> str:
+    if item.off == "not run":
+        return f"{item.on} with the plugin; no plugin-off run"
+    return f"{item.off} without the plugin, {item.on} with it"
+
+
+def print_differences(differences: Sequence[Difference], baseline: bool) -> None:
+    broken = [d for d in differences if not d.leak]
+    leaked = [d for d in differences if d.leak]
+    if broken:
+        title = "outcome changed" if baseline else "failed or errored"
+        print(f"\n== BROKEN by the plugin: {len(broken)} tests ({title}, not by a leak report)")
+        groups: dict[str, list[Difference]] = defaultdict(list)
+        for item in broken:
+            groups[item.signature].append(item)
+        for sig, items in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            print(f"\n-- {len(items)} x {sig}")
+            print(f"   for example {items[0].nodeid} ({transition(items[0])}):")
+            for line in items[0].text:
+                print(f"   | {line}")
+            for item in items:
+                print(f"   {item.nodeid} ({transition(item)})")
+    if leaked:
+        print(f"\n== changed by a leak report: {len(leaked)} tests")
+        for item in leaked:
+            print(f"\n-- {item.nodeid} ({transition(item)})")
+            for line in item.text:
+                print(f"   | {line}")
+
+
+def print_leak_groups(groups: Sequence[dict[str, Any]]) -> None:
+    if not groups:
+        return
+    total = sum(group["leaks"] for group in groups)
+    print(f"\n== leaks by holder: {total} leaked objects, {len(groups)} holders")
+    for group in groups:
+        kinds = ", ".join(f"{count} {kind}" for kind, count in group["kinds"].items())
+        tests = group["tests"]
+        print(f"\n-- {group['holder']}")
+        print(f"   {group['leaks']} leaks ({kinds}) in {len(tests)} tests")
+        print(f"   e.g. {group['example_summary']}")
+        if group["example"] and group["example"] != group["holder"]:
+            print(f"        {group['example']}")
+        for nodeid in tests[:5]:
+            print(f"   {nodeid}")
+        if len(tests) > 5:
+            print(f"   ... and {len(tests) - 5} more")
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def split_arguments(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str], list[str]]:
+    """Our options; the arguments for both runs; those for the plugin-on run only."""
+    argv = list(argv)
+    both: list[str] = []
+    if "--" in argv:
+        both = argv[argv.index("--") + 1 :]
+        argv = argv[: argv.index("--")]
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--only", choices=("on", "off"), help="run one side only")
+    parser.add_argument("--json", metavar="PATH", help="write the figures as JSON here")
+    parser.add_argument("-n", "--numprocesses", metavar="N", help="pytest-xdist, both runs")
+    options, rest = parser.parse_known_args(argv)
+    plugin_only: list[str] = []
+    unknown: list[str] = []
+    index = 0
+    while index < len(rest):
+        arg = rest[index]
+        index += 1
+        if not arg.startswith("--eagersession"):
+            unknown.append(arg)
+            continue
+        plugin_only.append(arg)
+        takes_value = arg != "--eagersession-track-creation" and "=" not in arg
+        if takes_value and index < len(rest) and not rest[index].startswith("-"):
+            plugin_only.append(rest[index])
+            index += 1
+    if unknown:
+        parser.error(
+            f"unrecognized arguments: {' '.join(unknown)} (pytest's own go after --, "
+            "e.g. -- -k dense; the plugin's as --eagersession-OPTION=VALUE)"
+        )
+    if options.numprocesses is not None:
+        both = ["-n", options.numprocesses, *both]
+    return options, both, plugin_only
+
+
+def version(*distributions: str) -> str | None:
+    for name in distributions:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def judge_baseline(off: Run, figures: dict[str, Any]) -> tuple[str, int]:
+    """``--only off``: every test must pass or skip without the plugin."""
+    bad = {k: r for k, r in off.results.items() if r.outcome in ("failed", "error")}
+    for key, result in bad.items():
+        print(f"\n-- {display_id(key)} ({result.outcome})")
+        text = "\n\n".join(result.texts) or "\n".join(result.messages)
+        for line in trimmed(text, tail=True):
+            print(f"   | {line}")
+    figures["baseline_failures"] = [display_id(key) for key in bad]
+    if bad:
+        return (
+            f"VERDICT: BASELINE BROKEN: {len(bad)} of {len(off.results)} tests fail without the "
+            "plugin; the gate's file list does not suit this environment",
+            1,
+        )
+    return f"VERDICT: BASELINE OK: all {len(off.results)} tests pass or skip without the plugin", 0
+
+
+def judge_plugin(off: Run | None, on: Run, figures: dict[str, Any]) -> tuple[str, int]:
+    """The plugin may change an outcome only by a leak report (without ``off``: may fail or
+    error a test only by a leak report)."""
+    differences = compare(off, on)
+    groups = leak_groups(on)
+    print_differences(differences, baseline=off is not None)
+    print_leak_groups(groups)
+    broken = [d for d in differences if not d.leak]
+    leaked = [d for d in differences if d.leak]
+    figures["differences"] = [asdict(d) for d in differences]
+    figures["broken"] = len(broken)
+    figures["changed_by_leak_report"] = len(leaked)
+    figures["broken_by_signature"] = dict(Counter(d.signature for d in broken).most_common())
+    figures["leak_groups"] = groups
+    total = len(on.results)
+    if off is not None:
+        what = f"of {total} tests, the plugin changed the outcome of"
+    else:
+        what = f"of {total} tests run with the plugin alone (no baseline), it failed or errored"
+    if broken:
+        return (
+            f"VERDICT: BROKEN: {what} {len(broken)} other than by a leak report "
+            f"(and {len(leaked)} by a leak report)",
+            1,
+        )
+    return (
+        f"VERDICT: OK: {what} none other than by a leak report ({len(leaked)} by a leak report)",
+        0,
+    )
+
+
+def main(argv: Sequence[str]) -> int:
+    options, both, plugin_only = split_arguments(argv)
+    paths = stage_keras_tests() + list(OWN_TEST_FILES)
+    tensorflow = version("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos")
+    print(
+        f"realsuite: {len(KERAS_TEST_FILES)} Keras test files (Keras {version('keras')}) and "
+        f"{len(OWN_TEST_FILES)} of ours, TensorFlow {tensorflow}",
+        flush=True,
+    )
+    off = on = None
+    try:
+        if options.only != "on":
+            off = run_side("off", paths, both, plugin=False)
+        if options.only != "off":
+            on = run_side("on", paths, [*both, *plugin_only], plugin=True)
+    except RunIncomplete as error:
+        print(f"\nrealsuite: {error}", file=sys.stderr)
+        print("VERDICT: INCOMPLETE: a run did not finish; nothing compared", flush=True)
+        return 2
+    runs = [run for run in (off, on) if run is not None]
+    print_counts(runs)
+    figures: dict[str, Any] = {
+        "keras": version("keras"),
+        "tensorflow": tensorflow,
+        "files": {"keras": list(KERAS_TEST_FILES), "own": list(OWN_TEST_FILES)},
+        "arguments": {"both": both, "plugin_on": plugin_only},
+        "runs": {
+            run.name: {
+                "counts": run.counts(),
+                "wall_s": round(run.wall_s, 2),
+                "cpu_s": round(run.cpu_s, 2),
+                "returncode": run.returncode,
+            }
+            for run in runs
+        },
+    }
+    if off is not None and on is not None:
+        wall_ratio = on.wall_s / off.wall_s
+        cpu_ratio = on.cpu_s / off.cpu_s if off.cpu_s else float("nan")
+        print(f"   plugin on / plugin off: {wall_ratio:.2f}x wall time, {cpu_ratio:.2f}x CPU time")
+        figures["ratio"] = {"wall": round(wall_ratio, 3), "cpu": round(cpu_ratio, 3)}
+    if on is None:
+        assert off is not None
+        verdict, status = judge_baseline(off, figures)
+    else:
+        verdict, status = judge_plugin(off, on, figures)
+    figures["verdict"] = verdict
+    figures["status"] = status
+    print(f"\n{verdict}")
+    if options.json:
+        path = Path(options.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+        print(f"(figures written to {path})")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
