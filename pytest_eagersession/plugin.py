@@ -39,6 +39,7 @@ _POLICY_KEY = pytest.StashKey[TestPolicy]()
 _RECORDS_KEY = pytest.StashKey[list[LeakRecord]]()
 _CALL_FAILED_KEY = pytest.StashKey[bool]()
 _MEASURED_KEY = pytest.StashKey[dict[str, Any]]()
+_RETENTION_KEY = pytest.StashKey[dict[str, list[str]]]()
 _PLUGIN_NAME = "eagersession-manager"
 
 _WIDER_SCOPES = ("class", "module", "package", "session")
@@ -98,6 +99,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="time the search for one leak's holders may take (default 0.5; 2 with -v).",
     )
     group.addoption(
+        "--eagersession-retention",
+        dest="eagersession_retention",
+        default=None,
+        metavar="MODE",
+        help="what TensorFlow's own known leaks of a test's objects (the gradient registry) "
+        "do: report (default: listed apart, the test passes) or fail.",
+    )
+    group.addoption(
         "--eagersession-json",
         dest="eagersession_json",
         default=None,
@@ -125,6 +134,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "seconds the search for one leak's holders may take",
         default="",
     )
+    parser.addini(
+        "eagersession_retention",
+        "report or fail for TensorFlow's own known leaks of a test's objects",
+        default="",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -138,6 +152,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "track_creation": option.eagersession_track_creation,
         "max_leaks": option.eagersession_max_leaks,
         "chain_budget": option.eagersession_chain_budget,
+        "retention": option.eagersession_retention,
         "json": option.eagersession_json,
         "graphs": option.eagersession_graphs,
     }
@@ -148,6 +163,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "track_creation": config.getini("eagersession_track_creation"),
         "max_leaks": config.getini("eagersession_max_leaks"),
         "chain_budget": config.getini("eagersession_chain_budget"),
+        "retention": config.getini("eagersession_retention"),
     }
     try:
         settings = resolve(cli, ini, verbosity=config.get_verbosity())
@@ -288,12 +304,18 @@ class EagerSessionManager:
             session = item.stash.get(_SESSION_KEY, None)
             policy = item.stash.get(_POLICY_KEY, None)
             measured: dict[str, Any] = item.stash.get(_MEASURED_KEY, {})
+            retention: dict[str, list[str]] = item.stash.get(
+                _RETENTION_KEY, {"released": [], "kept": []}
+            )
             payload = {
                 "strategy": policy.strategy.value if policy else None,
                 "stats": _stats_json(session),
                 "leaks": [record.to_json() for record in records],
+                "retention": retention,
                 **measured,
             }
+            if _RETENTION_KEY in item.stash:
+                del item.stash[_RETENTION_KEY]
             # pytest keeps every item to the end of the run: keep nothing of ours on it
             del item.stash[_RECORDS_KEY]
             if _SESSION_KEY in item.stash:
@@ -321,12 +343,12 @@ class EagerSessionManager:
         survivors = session.close()
         if session is self._test_session:
             self._test_session = None  # closed: nothing left for the end of the run
-        if not survivors or policy.leaks == "off":
+        if policy.leaks == "off":
             return
-        leaks = self._leaks(survivors, policy)
-        if not leaks or failed:
+        leaks, retention = self._apart(item, session, self._leaks(survivors, policy))
+        if failed or not (leaks or retention):
             return  # a test that failed for its own reason shows only that
-        self._report(item, "function", leaks, policy, suppress=False)
+        self._report(item, "function", leaks, policy, suppress=False, retention=retention)
 
     # ------------------------------------------------------------- wider scopes
 
@@ -385,11 +407,11 @@ class EagerSessionManager:
         if session.closed:
             return
         survivors = session.close()
-        if not survivors or policy.leaks == "off":
+        if policy.leaks == "off" or item is None:
             return
-        leaks = self._leaks(survivors, policy)
-        if leaks and item is not None:
-            self._report(item, scope, leaks, policy, suppress=False)
+        leaks, retention = self._apart(item, session, self._leaks(survivors, policy))
+        if leaks or retention:
+            self._report(item, scope, leaks, policy, suppress=False, retention=retention)
 
     def _leaks(self, survivors: tuple[Any, ...], policy: TestPolicy) -> list[Any]:
         """The survivors no open wider scope takes over and none allows.
@@ -400,6 +422,28 @@ class EagerSessionManager:
         """
         survivors = self._without_wider_fixture_values(survivors)
         return [survivor for survivor in survivors if not survivor.allowed]
+
+    def _apart(
+        self, item: pytest.Item, session: EagerSession, leaks: list[Any]
+    ) -> tuple[list[Any], str | None]:
+        """Set apart what TensorFlow's own known leaks kept; ``(leaks, failure text)``.
+
+        Under ``retention="report"`` it is listed in the run's summary and the JSON report and
+        the test passes; under ``"fail"`` the kept objects stay among the leaks, and what was
+        released is said in the failure (the second value).
+        """
+        released = list(session.known_retention())
+        kept = [leak for leak in leaks if leak.retention]
+        if self._settings.retention == "fail":
+            if not released:
+                return leaks, None
+            return leaks, _retention_text(released)
+        if released or kept:
+            empty: dict[str, list[str]] = {"released": [], "kept": []}
+            entry = item.stash.setdefault(_RETENTION_KEY, empty)
+            entry["released"].extend(released)
+            entry["kept"].extend(f"{leak.summary()}: kept by {leak.retention}" for leak in kept)
+        return [leak for leak in leaks if not leak.retention], None
 
     def _without_wider_fixture_values(self, survivors: tuple[Any, ...]) -> tuple[Any, ...]:
         """Hand survivors that a wider-scoped fixture's value holds over to that scope."""
@@ -424,6 +468,7 @@ class EagerSessionManager:
         policy: TestPolicy,
         *,
         suppress: bool,
+        retention: str | None = None,
     ) -> None:
         settings = self._settings
         graph_errors: list[str] = []
@@ -441,12 +486,10 @@ class EagerSessionManager:
         del leaks
         item.stash.setdefault(_RECORDS_KEY, []).extend(records)
         where = item.nodeid if scope == "function" else f"The {scope} of {item.nodeid}"
-        text = render(
-            where,
-            scope,
-            records,
-            strategy=policy.strategy.value,
-        )
+        texts = [render(where, scope, records, strategy=policy.strategy.value)] if records else []
+        if retention is not None:
+            texts.append(f"{where}: {retention}")
+        text = "\n".join(texts)
         for error in graph_errors:
             text += f"\nReference graphs not written to {settings.graphs_dir}: {error}"
         if suppress:
@@ -473,6 +516,7 @@ class EagerSessionManager:
         """List the tests that leaked, with counts and bytes."""
         if self._json_error is not None:
             terminalreporter.write_line(self._json_error, red=True)
+        self._summarize_retention(terminalreporter)
         leaky = [entry for entry in self._results.values() if entry.get("leaks")]
         if not leaky:
             return
@@ -483,6 +527,27 @@ class EagerSessionManager:
             terminalreporter.write_line(
                 f"{entry['nodeid']}: {len(leaks)} leaked ({format_bytes(total)})"
             )
+
+    def _summarize_retention(self, terminalreporter: Any) -> None:
+        released = kept = 0
+        tests = []
+        for entry in self._results.values():
+            retention = entry.get("retention") or {}
+            if retention.get("released") or retention.get("kept"):
+                released += len(retention.get("released", []))
+                kept += len(retention.get("kept", []))
+                tests.append((entry["nodeid"], retention.get("kept", [])))
+        if not tests:
+            return
+        terminalreporter.section("eagersession: TensorFlow's own known leaks")
+        terminalreporter.write_line(
+            f"{len(tests)} tests left objects in TensorFlow's known leaks (not their code's "
+            f"doing; they pass: --eagersession-retention=fail fails them): {released} released "
+            f"at the end of their scope, {kept} still kept."
+        )
+        for nodeid, kept_lines in tests:
+            for line in kept_lines:
+                terminalreporter.write_line(f"{nodeid}: {line}")
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -611,6 +676,14 @@ def _collect_failures(failures: list[str], errors: list[Exception]) -> Generator
         failures.append(str(failure.msg))
     except Exception as error:
         errors.append(error)
+
+
+def _retention_text(released: list[str]) -> str:
+    lines = "\n".join(f"  - {line}" for line in released)
+    return (
+        "TensorFlow's own known leaks kept objects of this scope (released at its end; "
+        f"--eagersession-retention=fail fails on this):\n{lines}"
+    )
 
 
 def _safe_name(text: str) -> str:

@@ -222,6 +222,8 @@ class EagerSession:
         self._detached: dict[int, weakref.ref[Any]] = {}
         self._survivors: tuple[Survivor, ...] | None = None
         self._generator_before: weakref.ref[Any] | None = None
+        self._retention_mark: survivors.RetentionMark | None = None
+        self._released: list[str] = []
         if self._config is not None:
             _apply_config(self._config)
         if self._async:
@@ -521,8 +523,7 @@ class EagerSession:
                 self._cleanup_runs += 1
             if tensorflow_ready():
                 survivors.clear_tensorflow_caches(kernels=self._clear_kernel_cache)
-                survivors.release_custom_gradients()
-                self._survivors = tuple(self._find_survivors(since=0))
+                self._survivors = tuple(self._find_survivors(since=0, release=True))
                 if self._destroy_survivors:
                     survivors.destroy_resources(
                         survivor for survivor in self._survivors if not survivor.allowed
@@ -571,6 +572,8 @@ class EagerSession:
             generator = survivors.global_random_generator()
             if generator is not None and self._generator_before is None:
                 self._generator_before = weakref.ref(generator)
+            if self._retention_mark is None:
+                self._retention_mark = survivors.retention_mark()
             stack.enter_context(survivors.fresh_default_graph())
             stack.enter_context(self._tf_scope())
             if self._track_creation or self._strategy is ResourceCleanupStrategy.ON_SAFE_POINTS:
@@ -671,8 +674,7 @@ class EagerSession:
         if not tensorflow_ready():
             return ()
         self._drain()
-        survivors.release_custom_gradients()
-        return tuple(self._find_survivors(since))
+        return tuple(self._find_survivors(since, release=True))
 
     def detach(self, obj: object) -> None:
         """Declare ``obj`` expected to outlive the session: not reported, not destroyed."""
@@ -707,9 +709,22 @@ class EagerSession:
         ref = self._detached.get(id(obj))
         return ref is not None and ref() is obj
 
-    def _find_survivors(self, since: int) -> list[Survivor]:
+    def known_retention(self) -> tuple[str, ...]:
+        """What TensorFlow's own known leaks kept of the session's objects and it released.
+
+        See ``survivors.release_retention``: gradient-registry entries handed to their graph,
+        ``tf.distribute`` cache entries dropped. What could not be released is in the
+        survivors, each with its ``retention``.
+        """
+        return tuple(self._released)
+
+    def _find_survivors(self, since: int, *, release: bool = False) -> list[Survivor]:
         if TRACKER.is_active(self):
             TRACKER.discover()
+        retention = None
+        if release and self._retention_mark is not None:
+            retention = survivors.release_retention(self._retention_mark)
+            self._released.extend(retention.released)
         return survivors.find(
             self._ownership,
             since,
@@ -717,6 +732,7 @@ class EagerSession:
             self._allow,
             generator_before=self._generator_before,
             thaw=self._freezer.thaw if self._freezer is not None else None,
+            retention=retention,
         )
 
 

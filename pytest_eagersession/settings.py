@@ -17,6 +17,7 @@ from pytest_eagersession.strategies import ResourceCleanupStrategy
 from pytest_eagersession.survivors import AllowFilter, AllowPredicate, check_allow_filter
 
 LEAK_MODES = ("fail", "warn", "off")
+RETENTION_MODES = ("report", "fail")
 DEFAULT_MAX_LEAKS = 3
 VERBOSE_MAX_LEAKS = 20
 DEFAULT_CHAIN_DEPTH = 10
@@ -71,6 +72,8 @@ class Settings:
     chain_budget_s: float = DEFAULT_CHAIN_BUDGET_S
     json_path: str | None = None
     graphs_dir: str | None = None
+    retention: str = "report"
+    """What TensorFlow's own known leaks of a test's objects do: ``report`` apart, or ``fail``."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,7 @@ def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], *, verbosity: int = 
     track_creation = pick("track_creation")
     max_leaks = pick("max_leaks")
     chain_budget = pick("chain_budget")
+    retention = pick("retention")
     verbose = verbosity > 0
     settings = Settings(
         strategy=parse_strategy(strategy, "--eagersession-strategy / eagersession_strategy")
@@ -129,6 +133,9 @@ def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], *, verbosity: int = 
         else (VERBOSE_CHAIN_BUDGET_S if verbose else DEFAULT_CHAIN_BUDGET_S),
         json_path=_path(pick("json"), "--eagersession-json", "a file path"),
         graphs_dir=_path(pick("graphs"), "--eagersession-graphs", "a folder path"),
+        retention=parse_retention(retention, "--eagersession-retention / eagersession_retention")
+        if retention is not None
+        else "report",
     )
     check_allow_filter(list(settings.allow))
     return settings
@@ -211,6 +218,16 @@ def parse_leaks(value: Any, where: str) -> str:
     text = value.strip().lower() if isinstance(value, str) else None
     if text not in LEAK_MODES:  # not compared to anything but text: an odd object's == may raise
         raise SettingsError(f"{where}: unknown leaks mode {value!r}; choose one of fail, warn, off")
+    return str(text)
+
+
+def parse_retention(value: Any, where: str) -> str:
+    """``report`` or ``fail``."""
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text not in RETENTION_MODES:
+        raise SettingsError(
+            f"{where}: unknown retention mode {value!r}; choose one of report, fail"
+        )
     return str(text)
 
 

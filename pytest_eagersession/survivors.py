@@ -47,6 +47,8 @@ class Survivor:
     created_at: str | None = None
     ref: weakref.ref[Any] | None = field(default=None, compare=False, repr=False)
     allowed: bool = False
+    retention: str | None = None
+    """What of TensorFlow's own keeps it, when that is a known TensorFlow leak (not the code's)."""
 
     @property
     def kind(self) -> str:
@@ -108,6 +110,7 @@ def find(
     allow: AllowPredicate | None,
     generator_before: weakref.ref[Any] | None = None,
     thaw: Callable[[], bool] | None = None,
+    retention: Retention | None = None,
 ) -> list[Survivor]:
     """The survivors among ``ownership``'s records; collects garbage only when some are alive.
 
@@ -115,7 +118,8 @@ def find(
     that replaced it since (``tf.random.set_global_generator``) is a survivor, not a singleton.
     ``thaw`` undoes a freeze of the older objects (``heap.OlderObjectsFrozen``): the first
     collection then walks the session's objects alone, and only if some of them outlive it is
-    the heap thawed and collected whole (an old cycle may be what keeps them).
+    the heap thawed and collected whole (an old cycle may be what keeps them). A survivor that
+    ``retention`` says TensorFlow keeps is marked so.
     """
     alive = ownership.alive(since)
     try:
@@ -145,7 +149,10 @@ def find(
             op, where = ownership.creation_of(obj)
             if op is None:
                 op, where = ownership.creation_of(owned_handle(obj, kind))
-            survivor = Survivor(describe(obj, kind), seq, op, where, weakref.ref(obj))
+            kept_by = retention.kept.get(key) if retention is not None else None
+            survivor = Survivor(
+                describe(obj, kind), seq, op, where, weakref.ref(obj), retention=kept_by
+            )
             if allow is not None and allow(survivor):
                 survivor = dataclasses.replace(survivor, allowed=True)
             found.append(survivor)
@@ -296,50 +303,123 @@ class _GraphOwnedGradient:
         return function(*args, **kwargs)
 
 
-_registry_scanned = [0]
+@dataclass(frozen=True)
+class RetentionMark:
+    """Where TensorFlow's known retainers stood when a session began."""
+
+    registry_size: int
+    cache_keys: frozenset[int]
 
 
-def release_custom_gradients() -> int:
-    """Let each graph own the gradient functions ``tf.custom_gradient`` registered for it.
+@dataclass(frozen=True)
+class Retention:
+    """TensorFlow's own retention of a session's objects, found at its close, as text."""
 
-    ``tf.custom_gradient`` traced into a graph (any tf.function; Keras's train step through
-    ``tf.distribute``'s ``all_reduce``) registers its gradient under a unique name in TensorFlow's
-    process-wide gradient registry, which never forgets it: the function's closure holds the
-    graph, and the graph the variable handles and tensors it captured, for the life of the
-    process. Each such function found to belong to exactly one graph is moved onto that graph,
-    and the registry keeps a weak reference, so the graph and its captures die with their last
-    user. Returns how many functions were moved.
+    released: tuple[str, ...] = ()
+    """What TensorFlow kept and the session released (the objects are then garbage)."""
+    kept: dict[int, str] = field(default_factory=dict)
+    """Objects TensorFlow still keeps (by id) and what keeps them; reported apart."""
+
+
+def retention_mark() -> RetentionMark:
+    """The state of TensorFlow's known retainers now, for ``release_retention`` at close."""
+    registry = _gradient_registry()
+    keys = frozenset(id(key) for cache in _replica_fn_caches() for key in list(cache.keys()))
+    return RetentionMark(len(registry) if registry is not None else 0, keys)
+
+
+def release_retention(mark: RetentionMark) -> Retention:
+    """Release what TensorFlow's known leaks kept of the code run since ``mark``.
+
+    Two retainers are known; each is handled the same way whatever library filled it:
+
+    - TensorFlow's gradient registry never forgets a ``tf.custom_gradient`` traced into a graph
+      (any ``tf.function``, Keras's train step, a Gaussian-process library's kernels): the
+      entry's function holds the graph, and the graph what it captured. Each entry whose graph
+      is found is moved onto that graph, and the registry keeps a weak reference: the graph and
+      its captures die with their last user, and the gradient works while they live. Entries
+      whose graph is unclear stay; what they keep is reported apart.
+    - ``tf.distribute``'s ``call_for_each_replica`` caches a function per strategy in a
+      ``WeakKeyDictionary`` whose values hold their keys: no entry ever goes. The entries made
+      since the mark are dropped; a later call rebuilds its entry.
     """
+    released: list[str] = []
+    unresolved: list[tuple[str, Any]] = []
+    registry = _gradient_registry()
+    if registry is not None:
+        fresh = list(
+            itertools.islice(registry.items(), min(mark.registry_size, len(registry)), None)
+        )
+        for name, entry in fresh:
+            function = entry.get("type") if isinstance(entry, dict) else None
+            if not (isinstance(name, str) and name.startswith("CustomGradient-")):
+                continue
+            if not isinstance(function, types.FunctionType):
+                continue  # moved already (by an inner session's close)
+            if _move_onto_graph(name, entry, function):
+                released.append(f"gradient registry entry {name}: handed to its graph")
+            else:
+                unresolved.append((name, function))
+        del fresh
+    for cache in _replica_fn_caches():
+        for key in list(cache.keys()):
+            if id(key) not in mark.cache_keys:
+                released.append(
+                    f"tf.distribute replica-function cache entry for {type(key).__name__}: dropped"
+                )
+                del cache[key]
+    kept: dict[int, str] = {}
+    for name, function in unresolved:
+        text = f"TensorFlow's gradient registry, entry {name} (its graph is unclear)"
+        for key in _reach(function):
+            kept.setdefault(key, text)
+    return Retention(tuple(released), kept)
+
+
+def _move_onto_graph(name: str, entry: dict[str, Any], function: types.FunctionType) -> bool:
+    graph = _graph_of(function)
+    if graph is None:
+        return False
+    owned = getattr(graph, "_eagersession_custom_gradients", None)
+    if owned is None:
+        owned = []
+        try:
+            graph._eagersession_custom_gradients = owned
+        except AttributeError:
+            return False
+    owned.append(function)
+    entry["type"] = _GraphOwnedGradient(function, name)
+    return True
+
+
+def _gradient_registry() -> dict[str, Any] | None:
     ops = sys.modules.get("tensorflow.python.framework.ops")
     registry = getattr(getattr(ops, "_gradient_registry", None), "_registry", None)
-    if not isinstance(registry, dict):
-        return 0
-    # The registry only grows, in insertion order, and an entry's graph never changes: each
-    # close looks only at the entries registered since the last one.
-    start = _registry_scanned[0] if _registry_scanned[0] <= len(registry) else 0
-    fresh = list(itertools.islice(registry.items(), start, None))
-    _registry_scanned[0] = start + len(fresh)
-    moved = 0
-    for name, entry in fresh:
-        if not (isinstance(name, str) and name.startswith("CustomGradient-")):
-            continue
-        function = entry.get("type") if isinstance(entry, dict) else None
-        if not isinstance(function, types.FunctionType):
-            continue
-        graph = _graph_of(function)
-        if graph is None:
-            continue
-        owned = getattr(graph, "_eagersession_custom_gradients", None)
-        if owned is None:
-            owned = []
-            try:
-                graph._eagersession_custom_gradients = owned
-            except AttributeError:
-                continue
-        owned.append(function)
-        entry["type"] = _GraphOwnedGradient(function, name)
-        moved += 1
-    return moved
+    return registry if isinstance(registry, dict) else None
+
+
+def _replica_fn_caches() -> list[weakref.WeakKeyDictionary[Any, Any]]:
+    mirrored_run = sys.modules.get("tensorflow.python.distribute.mirrored_run")
+    cache = getattr(mirrored_run, "_cfer_fn_cache", None)
+    return [cache] if isinstance(cache, weakref.WeakKeyDictionary) else []
+
+
+def _reach(root: object) -> set[int]:
+    """Ids of what ``root`` reaches through closures, objects and containers (not modules)."""
+    limit = 4 * GRAPH_WALK_LIMIT
+    seen = {id(root)}
+    level: list[Any] = [root]
+    try:
+        while level and len(seen) < limit:
+            following = []
+            for referent in _referents(level):
+                if id(referent) not in seen and not isinstance(referent, (types.ModuleType, type)):
+                    seen.add(id(referent))
+                    following.append(referent)
+            level = following
+    finally:
+        level = []
+    return seen
 
 
 #: How many objects the walk from a gradient function to its graph may visit.

@@ -67,11 +67,14 @@ def test_help_lists_the_options(pytester: pytest.Pytester) -> None:
             "*--eagersession-allow=REGEX*",
             "*--eagersession-track-creation*",
             "*--eagersession-max-leaks=N*",
+            "*--eagersession-retention=MODE*",
             "*--eagersession-json=PATH*",
             "*--eagersession-graphs=DIR*",
         ]
     )
-    result.stdout.fnmatch_lines(["*eagersession_strategy*", "*eagersession_leaks*"])
+    result.stdout.fnmatch_lines(
+        ["*eagersession_strategy*", "*eagersession_leaks*", "*eagersession_retention*"]
+    )
 
 
 def test_markers_lists_the_cleanup_marker(pytester: pytest.Pytester) -> None:
@@ -738,6 +741,7 @@ def test_json_report(pytester: pytest.Pytester) -> None:
             "strategy",
             "stats",
             "leaks",
+            "retention",
             "peak_bytes",
             "device_peak_bytes",
         }

@@ -282,3 +282,79 @@ def test_a_freezing_session_freezes_while_active_and_thaws_at_close() -> None:
         assert len(gc.get_objects()) > 0
         assert gc.get_freeze_count() == 0  # the listing thawed the heap
         assert gc.get_objects is listing
+
+
+RETENTION_SUITE = """
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def clip_gradient(x):
+        return tf.identity(x), lambda dy: tf.clip_by_value(dy, -1.0, 1.0)
+
+    def test_custom_gradient_in_a_function():
+        variable = tf.Variable(3.0)
+
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                loss = clip_gradient(variable * 2.0)
+            return tape.gradient(loss, variable)
+
+        assert float(step()) == 2.0  # d(2v)/dv, clipped to 1 on the way
+
+    def test_distribute_strategy_run():
+        strategy = tf.distribute.MirroredStrategy(["CPU:0"])
+        with strategy.scope():
+            variable = tf.Variable(1.0)
+
+        @tf.function
+        def add(x):
+            return variable + x
+
+        assert float(strategy.run(add, args=(tf.constant(1.0),))) == 2.0
+"""
+
+
+def test_tensorflows_own_leaks_are_released_and_listed_apart(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_retention=RETENTION_SUITE)
+    result = both_ways(pytester, passed=2)
+    result.stdout.no_fnmatch_line("*leaked*")
+    result.stdout.fnmatch_lines(
+        [
+            "*eagersession: TensorFlow's own known leaks*",
+            "2 tests left objects in TensorFlow's known leaks (not their code's doing; they "
+            "pass: --eagersession-retention=fail fails them): * released at the end of their "
+            "scope, 0 still kept.",
+        ]
+    )
+
+
+@pytest.mark.parametrize("how", ["cli", "ini"])
+def test_retention_fail_fails_on_them(pytester: pytest.Pytester, how: str) -> None:
+    pytester.makepyfile(test_retention=RETENTION_SUITE)
+    if how == "ini":
+        pytester.makeini("[pytest]\neagersession_retention = fail\n")
+        result = run(pytester)
+    else:
+        result = run(pytester, "--eagersession-retention=fail")
+    result.assert_outcomes(passed=2, errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_custom_gradient_in_a_function: TensorFlow's own known leaks kept objects*",
+            "*gradient registry entry CustomGradient-*: handed to its graph",
+            "*test_distribute_strategy_run: TensorFlow's own known leaks kept objects*",
+            "*tf.distribute replica-function cache entry for MirroredStrategy: dropped",
+        ]
+    )
+
+
+def test_a_bad_retention_mode_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = run(pytester, "--eagersession-retention=sometimes")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*--eagersession-retention / eagersession_retention: unknown retention mode "
+            "'sometimes'; choose one of report, fail*"
+        ]
+    )
