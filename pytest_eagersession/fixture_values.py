@@ -7,13 +7,14 @@ the module's session, which reports them if they outlive the module.
 
 from __future__ import annotations
 
-import gc
 import sys
 import threading
 import types
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any
 
+from pytest_eagersession import heap
 from pytest_eagersession.session import EagerSession
 from pytest_eagersession.survivors import Survivor
 
@@ -33,54 +34,12 @@ def reachable_ids(roots: Iterable[object], limit: int = REACH_LIMIT) -> set[int]
     or frame's globals: from there everything would be reachable.
     """
     namespaces = {id(module.__dict__) for module in list(sys.modules.values()) if module}
-    seen: set[int] = set()
-    frontier = [root for root in roots if not _opaque(root, namespaces)]
-    frontier.extend(_thread_frames(frontier))
-    try:
-        while frontier and len(seen) < limit:
-            fresh = []
-            for obj in frontier:
-                key = id(obj)
-                if key not in seen:
-                    seen.add(key)
-                    fresh.append(obj)
-            frontier = [child for child in _children(fresh) if not _opaque(child, namespaces)]
-            del fresh
-    finally:
-        frontier = []
-    return seen
+    roots = list(roots)
+    roots.extend(_thread_frames(roots))
+    return heap.reachable(roots, limit=limit, opaque=partial(_opaque, namespaces=namespaces))
 
 
-def _children(objects: list[object]) -> list[object]:
-    plain: list[object] = []
-    children: list[object] = []
-    for obj in objects:
-        if isinstance(obj, types.FunctionType):
-            children.extend(cell.cell_contents for cell in obj.__closure__ or () if _full(cell))
-            children.extend((obj.__defaults__, obj.__kwdefaults__, obj.__dict__))
-        elif isinstance(obj, types.FrameType):
-            # A frame's referents are its locals, its globals and builtins, its code, and the
-            # frame below; all but the namespaces and the code are walked.
-            children.extend(
-                child
-                for child in gc.get_referents(obj)
-                if child is not obj.f_globals and child is not obj.f_builtins
-            )
-        else:
-            plain.append(obj)
-    children.extend(gc.get_referents(*plain))
-    return children
-
-
-def _full(cell: types.CellType) -> bool:
-    try:
-        cell.cell_contents  # noqa: B018
-    except ValueError:
-        return False
-    return True
-
-
-def _opaque(obj: object, namespaces: set[int]) -> bool:
+def _opaque(obj: object, *, namespaces: set[int]) -> bool:
     return obj is None or isinstance(obj, _OPAQUE) or id(obj) in namespaces
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias, Union
 
+from pytest_eagersession import heap
 from pytest_eagersession.kinds import (
     ITERATOR,
     RESOURCE,
@@ -406,20 +407,11 @@ def _replica_fn_caches() -> list[weakref.WeakKeyDictionary[Any, Any]]:
 
 def _reach(root: object) -> set[int]:
     """Ids of what ``root`` reaches through closures, objects and containers (not modules)."""
-    limit = 4 * GRAPH_WALK_LIMIT
-    seen = {id(root)}
-    level: list[Any] = [root]
-    try:
-        while level and len(seen) < limit:
-            following = []
-            for referent in _referents(level):
-                if id(referent) not in seen and not isinstance(referent, (types.ModuleType, type)):
-                    seen.add(id(referent))
-                    following.append(referent)
-            level = following
-    finally:
-        level = []
-    return seen
+    return heap.reachable([root], limit=4 * GRAPH_WALK_LIMIT, opaque=_module_or_class)
+
+
+def _module_or_class(obj: object) -> bool:
+    return isinstance(obj, (types.ModuleType, type))
 
 
 #: How many objects the walk from a gradient function to its graph may visit.
@@ -443,7 +435,7 @@ def _graph_of(function: types.FunctionType) -> Any:
         while level and len(seen) < GRAPH_WALK_LIMIT:
             graphs: dict[int, Any] = {}
             following: list[Any] = []
-            for referent in _referents(level):
+            for referent in heap.referents(level):
                 if id(referent) in seen or isinstance(referent, opaque):
                     continue
                 seen.add(id(referent))
@@ -462,22 +454,6 @@ def _graph_of(function: types.FunctionType) -> Any:
         return None
     finally:
         level = []
-
-
-def _referents(objects: list[Any]) -> list[Any]:
-    """What ``objects`` refer to, a function's globals and code left out."""
-    found: list[Any] = []
-    plain: list[Any] = []
-    for obj in objects:
-        if isinstance(obj, types.FunctionType):
-            for cell in obj.__closure__ or ():
-                with contextlib.suppress(ValueError):  # an empty cell
-                    found.append(cell.cell_contents)
-            found.extend((obj.__defaults__, obj.__kwdefaults__))
-        else:
-            plain.append(obj)
-    found.extend(gc.get_referents(*plain))
-    return found
 
 
 def clear_tensorflow_caches(*, kernels: bool) -> None:
