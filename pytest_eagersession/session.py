@@ -41,10 +41,11 @@ if TYPE_CHECKING:
 CLEANER_JOIN_TIMEOUT_S = 5.0
 #: How often the cleaner of the session that owns new objects looks at the process's memory.
 CLEANER_POLL_S = 0.005
+#: Scans keep pacing while each finds at least this fraction of the threshold in new tensors.
+PACING_FRACTION = 16
 
 _STOP = object()
 _WAKE = object()
-_COLLECT = object()
 _RESIDENT = ResidentMemory()
 _ACTIVATIONS = threading.local()
 
@@ -379,7 +380,7 @@ class EagerSession:
                 item = self._garbage_queue.get(block=False)
             except queue.Empty:
                 break
-            if item not in (_STOP, _WAKE, _COLLECT) and self._delete(item, failures):
+            if item is not _STOP and item is not _WAKE and self._delete(item, failures):
                 deleted += 1
         if deleted:
             with self._lock:
@@ -399,28 +400,19 @@ class EagerSession:
         garbage = self._garbage_queue
         ident = threading.get_ident()
         TRACKER.quiet_thread(ident)
-        low = None
+        memory = _MemoryWatch(self._collector)
         try:
             while True:
                 watching = TRACKER.is_innermost(self) and tensorflow_ready()
                 try:
                     item = garbage.get(timeout=CLEANER_POLL_S) if watching else garbage.get()
                 except queue.Empty:
-                    resident = _RESIDENT.read()
-                    if resident is not None:
-                        low = resident if low is None else min(low, resident)
-                        if resident - low >= self._collector.threshold:
-                            TRACKER.hurry()
-                            low = resident
+                    memory.look()
                     continue
                 if item is _STOP:
                     return
                 if item is _WAKE:
-                    low = None
-                    continue
-                if item is _COLLECT:
-                    self._collector.collect()
-                    low = None
+                    memory = _MemoryWatch(self._collector)
                     continue
                 failures: list[str] = []
                 if self._delete(item, failures):
@@ -433,20 +425,20 @@ class EagerSession:
         finally:
             TRACKER.quiet_thread(ident, quiet=False)
 
-    def _note_young_bytes(self, generation: int, nbytes: int) -> None:
+    def _note_young_bytes(self, generation: int, nbytes: int) -> bool:
         """A scan at the start of a ``generation`` collection found ``nbytes`` of new tensors.
 
-        Under ``IN_BACKGROUND`` the collector's pace follows them, and every few thresholds
-        of growth the cleaner runs a full collection; the other strategies leave the pace alone
-        (``ON_SAFE_POINTS`` counts the bytes at its safe points).
+        Under ``IN_BACKGROUND`` the collector's pace follows them (and the cleaner runs the
+        full collections, see ``_MemoryWatch``); the other strategies leave the pace alone
+        (``ON_SAFE_POINTS`` counts the bytes at its safe points). True to keep pacing: to scan
+        at every collection, while tensors come in bytes that matter.
         """
         if self._strategy is not ResourceCleanupStrategy.IN_BACKGROUND or self._closed:
             TRACKER.pace(generation, 0)
-            return
+            return False
         if TRACKER.pace(generation, nbytes):
             self._collector.count_early()
-        if self._collector.note(nbytes) == 2:  # the young generations are the pacer's
-            self._garbage_queue.put(_COLLECT)
+        return nbytes >= self._collector.threshold // PACING_FRACTION
 
     # ----------------------------------------------------------------- TensorFlow scope
 
@@ -734,6 +726,45 @@ class EagerSession:
             thaw=self._freezer.thaw if self._freezer is not None else None,
             retention=retention,
         )
+
+
+class _MemoryWatch:
+    """What the cleaner makes of the process's resident memory, read every few milliseconds.
+
+    Growth by the threshold where no scan looked yet has the next allocation start a
+    collection (of the young generation, by the interpreter, in the allocating thread). Growth
+    by ``FULL_EVERY`` thresholds since the last full collection means cycles promoted alive
+    into the oldest generation are dying there: the cleaner collects in full. A full collection
+    that frees less than a threshold doubles the growth the next one waits for, so that memory
+    the code keeps (a dataset, a model) does not make it collect in vain.
+    """
+
+    def __init__(self, collector: CycleCollector) -> None:
+        self._collector = collector
+        self._low: int | None = None
+        self._full_low: int | None = None
+        self._full_gap = collector.FULL_EVERY * collector.threshold
+
+    def look(self) -> None:
+        resident = _RESIDENT.read()
+        if resident is None:
+            return
+        threshold = self._collector.threshold
+        self._low = resident if self._low is None else min(self._low, resident)
+        self._full_low = resident if self._full_low is None else min(self._full_low, resident)
+        if resident - self._full_low >= self._full_gap:
+            self._collector.collect_full()
+            after = _RESIDENT.read() or resident
+            freed = resident - after
+            self._full_gap = (
+                self._collector.FULL_EVERY * threshold
+                if freed >= threshold
+                else min(2 * self._full_gap, 1 << 34)
+            )
+            self._low = self._full_low = after
+        elif resident - self._low >= threshold:
+            TRACKER.hurry()
+            self._low = resident
 
 
 def _thread_activations() -> list[tuple[EagerSession, contextlib.ExitStack]]:

@@ -25,6 +25,8 @@ from pytest_eagersession.kinds import TENSOR, Classifier, tensor_nbytes, tensorf
 if TYPE_CHECKING:
     from pytest_eagersession.session import EagerSession
 
+#: Scans in a row that find few new tensor bytes before the collector's pace is left alone.
+QUIET_SCANS = 4
 #: Tracked bytes the young generations may grow by before cyclic garbage is collected.
 CYCLE_BYTES_THRESHOLD = 8 * 1024 * 1024
 
@@ -148,7 +150,7 @@ class CycleCollector:
     collection's callback.
     """
 
-    FULL_EVERY = 4
+    FULL_EVERY = 3
 
     def __init__(self, threshold: int = CYCLE_BYTES_THRESHOLD) -> None:
         self.threshold = threshold
@@ -174,6 +176,12 @@ class CycleCollector:
             generation = 2 if self._passed % self.FULL_EVERY == 0 else 1
             self._due = max(self._due, generation)
             return generation
+
+    def collect_full(self) -> None:
+        """Collect every generation now (the background cleaner, on memory growth)."""
+        with self._lock:
+            self._collections += 1
+        gc.collect()
 
     def count_early(self) -> None:
         """Count a collection of the interpreter's that pacing brought forward."""
@@ -271,11 +279,13 @@ class CollectionPacer:
 class Tracker:
     """The process-wide discovery engine; sessions register while they are active.
 
-    A ``gc.callbacks`` hook scans the youngest generation at the start of every collection:
-    what is there is about to be promoted (or freed), so each object that lives to see a
-    collection is seen exactly once, while young. Scans run only in threads that are not a
-    session's cleaner: a collection that starts in a cleaner thread is let go, and the next
-    scan looks at the middle generation too, where that collection moved what was young.
+    A ``gc.callbacks`` hook scans the young generations at the start of each collection of the
+    middle one: what is there is about to be promoted to the oldest, so each object that lives
+    to see such a collection is seen while young. While the owner's tensors come in bytes that
+    matter (pacing), the youngest generation is scanned at every collection instead, so that
+    the collector's pace can follow them; otherwise the scan costs what it would per op, about
+    1%. Scans run only in threads that are not a session's cleaner: a collection that starts in
+    a cleaner thread is let go, and the next scan looks at the middle generation too.
     """
 
     def __init__(self) -> None:
@@ -285,7 +295,9 @@ class Tracker:
         self._installed = False
         self._lock = threading.RLock()
         self._quiet_threads: set[int] = set()
-        self._missed = False
+        self._young_seen = False  # every object in the middle generation was scanned
+        self._pacing = False
+        self._quiet_scans = 0
         self._scanning = False
         self._own_collection = False
         self._pacer = CollectionPacer()
@@ -363,10 +375,9 @@ class Tracker:
         if owner is None or not tensorflow_ready():
             return
         if self._scanning or self.in_quiet_thread():
-            self._missed = True  # what this collection promotes is in the middle generation
+            self._young_seen = False  # what this collection promotes was not seen
             return
-        generations = (0, 1) if self._missed else (0,)
-        self._missed = False
+        generations = (0,) if self._young_seen else (0, 1)
         self._scanning = True  # a collection the scan itself starts must not scan again
         try:
             found = self._classifier.find(generations)
@@ -374,8 +385,15 @@ class Tracker:
             del found
         finally:
             self._scanning = False
+        self._young_seen = True
         if generation is not None:
-            owner._note_young_bytes(generation, nbytes)
+            # Pacing stops after a few scans in a row found little: one right after another
+            # collection finds little by itself.
+            if owner._note_young_bytes(generation, nbytes):
+                self._pacing, self._quiet_scans = True, 0
+            else:
+                self._quiet_scans += 1
+                self._pacing = self._pacing and self._quiet_scans < QUIET_SCANS
 
     def pace(self, generation: int, nbytes: int) -> bool:
         """Let the pacer adjust the collector's thresholds after a scan; True if it came early."""
@@ -383,6 +401,7 @@ class Tracker:
 
     def hurry(self) -> None:
         """Have the next allocation start a collection (and so a scan), from any thread."""
+        self._pacing = True
         self._pacer.hurry()
 
     def _collect_young(self) -> None:
@@ -393,8 +412,13 @@ class Tracker:
             self._own_collection = False
 
     def _on_collection(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self.discover(None if self._own_collection else info["generation"])
+        if phase != "start":
+            return
+        generation = info["generation"]
+        if generation >= 1 or self._pacing or self._own_collection:
+            self.discover(None if self._own_collection else generation)
+        else:
+            self._young_seen = False  # unscanned young objects move to the middle generation
 
     def _install(self) -> None:
         if not self._installed:
@@ -408,6 +432,7 @@ class Tracker:
             gc.callbacks.remove(self._on_collection)
             self._installed = False
         if not self._active:
+            self._pacing = False
             self._pacer.restore()
 
 
