@@ -76,8 +76,10 @@ def build_records(
     A graph that cannot be written (an unwritable folder, objgraph missing) costs the graphs
     only: the reason goes to ``graph_errors`` once, and no more graphs are tried.
     """
+    # Ties go by the summary: the order the tracker saw objects in depends on when it scanned.
     ordered = sorted(
-        survivors, key=lambda s: (KIND_ORDER.get(s.kind, 9), -(s.description.nbytes or 0))
+        survivors,
+        key=lambda s: (KIND_ORDER.get(s.kind, 9), -(s.description.nbytes or 0), s.summary()),
     )
     records = []
     for index, survivor in enumerate(ordered):
