@@ -201,7 +201,7 @@ def realsuite_section(gate: dict[str, Any] | None) -> list[str]:
     if not gate or "ratio" not in gate:
         return []
     off, on = gate["runs"]["off"]["counts"], gate["runs"]["on"]["counts"]
-    total = sum(off.values())
+    total = off["total"]
     lines = [
         "## The real-suite gate",
         "",
@@ -217,7 +217,8 @@ def realsuite_section(gate: dict[str, Any] | None) -> list[str]:
         f"| wall time, plugin on / off | {gate['ratio']['wall']:.2f}x | ≤ 1.15x |",
         f"| CPU time, plugin on / off | {gate['ratio']['cpu']:.2f}x | |",
         "",
-        f"Plugin off: {off}; plugin on: {on}.",
+        "Plugin off: " + ", ".join(f"{n} {k}" for k, n in off.items() if k != "total") + "; "
+        "plugin on: " + ", ".join(f"{n} {k}" for k, n in on.items() if k != "total") + ".",
         "",
     ]
     if gate.get("leak_groups"):
