@@ -179,6 +179,8 @@ class CycleCollector:
 
     def collect_full(self) -> None:
         """Collect every generation now (the background cleaner, on memory growth)."""
+        if not gc.isenabled():  # the code turned automatic collection off: leave it so
+            return
         with self._lock:
             self._collections += 1
         gc.collect()
@@ -192,7 +194,7 @@ class CycleCollector:
         """Run the collection that is due, if one is."""
         with self._lock:
             generation, self._due = self._due, -1
-            if generation < 0:
+            if generation < 0 or not gc.isenabled():  # automatic collection is off: stays off
                 return
             self._collections += 1
         gc.collect(generation)
