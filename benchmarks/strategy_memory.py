@@ -123,6 +123,27 @@ def run_child(experiment: str, strategy: str, args: argparse.Namespace) -> dict[
     return dict(json.loads(output.strip().splitlines()[-1]))
 
 
+def cycle_table(
+    experiment: str, title: str, strategies: list[str], args: argparse.Namespace
+) -> dict[str, dict[str, Any]]:
+    """Run one cycle loop with no session and under each strategy; print its table."""
+    print(f"\n{title}")
+    print(f"{'session':<18} {'peak RSS growth':>16} {'cycle collections':>18}")
+    results = {}
+    for strategy in ["none", *strategies]:
+        result = run_child(experiment, strategy, args)
+        results[strategy] = result
+        print(
+            f"{strategy:<18} {result['peak_rss_mib']:>12.0f} MiB "
+            f"{result['cycle_collections']:>18.0f}"
+        )
+    none = results["none"]["peak_rss_mib"]
+    for strategy in strategies[:2]:
+        ratio = results[strategy]["peak_rss_mib"] / none if none else float("nan")
+        print(f"  {strategy}: {ratio:.2f} of the growth without a session")
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", type=int, default=4)
@@ -149,39 +170,20 @@ def main() -> None:
             f"{strategy:<18} {result['peak_rss_mib']:>12.0f} MiB "
             f"{result['peak_live_outputs']:>18.0f}"
         )
-    print(
-        f"\nCyclic garbage: {args.cycle_iterations} iterations, each making a reference cycle "
-        "that holds a 4 MiB tensor"
+    results["cycles"] = cycle_table(
+        "cycles",
+        f"Cyclic garbage: {args.cycle_iterations} iterations, each making a reference cycle "
+        "that holds a 4 MiB tensor",
+        strategies,
+        args,
     )
-    print(f"{'session':<18} {'peak RSS growth':>16} {'cycle collections':>18}")
-    for strategy in ["none", *strategies]:
-        result = run_child("cycles", strategy, args)
-        results["cycles"][strategy] = result
-        print(
-            f"{strategy:<18} {result['peak_rss_mib']:>12.0f} MiB "
-            f"{result['cycle_collections']:>18.0f}"
-        )
-    none = results["cycles"]["none"]["peak_rss_mib"]
-    for strategy in strategies[:2]:
-        ratio = results["cycles"][strategy]["peak_rss_mib"] / none if none else float("nan")
-        print(f"  {strategy}: {ratio:.2f} of the growth without a session")
-    print(
-        "\nThe same loop making 200 short-lived Python objects an iteration besides "
-        "(log records, metric dicts)"
+    results["cycles-python"] = cycle_table(
+        "cycles-python",
+        "The same loop making 200 short-lived Python objects an iteration besides "
+        "(log records, metric dicts)",
+        strategies,
+        args,
     )
-    print(f"{'session':<18} {'peak RSS growth':>16} {'cycle collections':>18}")
-    results["cycles-python"] = {}
-    for strategy in ["none", *strategies]:
-        result = run_child("cycles-python", strategy, args)
-        results["cycles-python"][strategy] = result
-        print(
-            f"{strategy:<18} {result['peak_rss_mib']:>12.0f} MiB "
-            f"{result['cycle_collections']:>18.0f}"
-        )
-    none = results["cycles-python"]["none"]["peak_rss_mib"]
-    for strategy in strategies[:2]:
-        peak = results["cycles-python"][strategy]["peak_rss_mib"]
-        print(f"  {strategy}: {peak / none if none else float('nan'):.2f} of the growth without")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)
