@@ -2,12 +2,13 @@
 
 TensorFlow offers no cheap hook on tensor creation (an op callback, even an empty one, takes every
 op off the fast path). But every EagerTensor, variable and iterator is a gc-tracked Python object,
-born in the youngest gc generation. The tracker scans that generation just before the collector
-promotes it (a ``gc.callbacks`` hook at the start of every collection), when a session is
-activated and when it is deactivated: each new object is seen once, while it is young, and
-attributed to the innermost active session. Objects older than a session were promoted before it
-began, so they are never its own. The scan is weak: a record holds a weak reference and a kind,
-nothing else; the heap listing itself never outlives one call into C (see ``heap``).
+born in the young gc generations. The tracker scans them just before the collector promotes
+them to the oldest (a ``gc.callbacks`` hook; at every collection while pacing, see ``Tracker``),
+when a session is activated and when it is deactivated: each new object is seen while it is
+young, and attributed to the innermost active session. Objects older than a session were
+promoted before it began, so they are never its own. The scan is weak: a record holds a weak
+reference and a kind, nothing else; the heap listing itself never outlives one call into C (see
+``heap``).
 """
 
 from __future__ import annotations
