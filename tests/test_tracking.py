@@ -394,10 +394,15 @@ def test_cycles_holding_tensors_are_collected_as_tracked_bytes_grow(make_session
         if strategy is ON_SAFE_POINTS:  # one collection per threshold's worth of op outputs
             per_collection = -(-session._collector.threshold // tensor_bytes)
             assert collections == count // per_collection
-        else:
-            assert collections >= 1
+        # IN_BACKGROUND: the cleaner's full collection may have freed them, or the interpreter's
+        # own one that the pacer brought forward (not counted); ON_SESSION_CLOSE shows that
+        # without either they stay.
     assert session.close() == ()
-    assert session.stats().cycle_collections == collections
+    if strategy is IN_BACKGROUND:
+        # Until close stops it, the cleaner may still start a full collection on memory growth.
+        assert session.stats().cycle_collections >= collections
+    else:  # closing itself runs no cycle collection
+        assert session.stats().cycle_collections == collections
 
 
 def test_in_background_leaves_disabled_automatic_collection_off(make_session) -> None:
