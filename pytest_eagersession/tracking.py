@@ -318,8 +318,8 @@ class Tracker:
     def push(self, session: EagerSession) -> None:
         """Make ``session`` the owner of objects created from now on."""
         if tensorflow_ready():
-            # Attribute what is young now to the outer owner (if a session is active) and
-            # promote it: none of it is the new session's.
+            # Attribute what is young now to the outer owner (if a session is active, else to
+            # nobody) and promote it: none of it is the new session's.
             self.discover()
             self._collect_young()
         with self._lock:
@@ -408,11 +408,17 @@ class Tracker:
         self._pacer.hurry()
 
     def _collect_young(self) -> None:
+        """Scan for the current owner, then move both young generations to the oldest.
+
+        Both: an object left in the middle generation (say, one made between two sessions,
+        when nobody owns what is made) would be the next session's at its first scan of it.
+        """
         self._own_collection = True
         try:
-            gc.collect(0)
+            gc.collect(1)
         finally:
             self._own_collection = False
+        self._young_seen = True  # nothing is young now
 
     def _on_collection(self, phase: str, info: dict[str, int]) -> None:
         if phase != "start":
