@@ -208,11 +208,29 @@ def render_chain(chain: Sequence[Any]) -> str:
             parts[-1] += _type_suffix(grandchild, last=index + 1 == len(chain) - 1)
             index += 2
             continue
+        if (
+            isinstance(parent, types.FunctionType)
+            and child is parent.__closure__
+            and index + 1 < len(chain)
+            and isinstance(chain[index + 1], types.CellType)
+        ):
+            # function -> its closure tuple -> a cell: one link, named by the free variable
+            cell = chain[index + 1]
+            parts.append(_link(parent, cell))
+            if index + 2 < len(chain):  # the cell's contents: no link of their own
+                parts[-1] += _type_suffix(chain[index + 2], last=index + 2 == len(chain) - 1)
+            index += 3
+            continue
         link = _link(parent, child)
+        last = index == len(chain) - 1
         if link.startswith("("):  # no name for the link: the type alone says it
             parts.append(link)
+        elif link.startswith("."):
+            # An attribute reads as one: ``(Mean).total`` whether or not the interpreter shows
+            # the instance's __dict__ between the two (it does not for inline values, 3.11+).
+            parts[-1] += link + _type_suffix(child, last=last)
         else:
-            parts.append(link + _type_suffix(child, last=index == len(chain) - 1))
+            parts.append(link + _type_suffix(child, last=last))
         index += 1
     if len(chain) == 1:
         return parts[0]

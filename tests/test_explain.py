@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.framework import ops
 
-from pytest_eagersession.explain import NO_HOLDER, explain
+from pytest_eagersession.explain import NO_HOLDER, explain, render_chain
 
 
 @pytest.fixture
@@ -59,3 +59,42 @@ def test_the_search_stops_at_its_budget(scratch_module) -> None:
     explanation = explain(leaf, max_depth=40, budget_s=0.0)
     assert explanation.timed_out
     assert explanation.text().startswith("no holder found within 0.0 s (the search stopped there")
+
+
+class Holder:
+    pass
+
+
+class Payload:
+    pass
+
+
+def test_an_attribute_reads_the_same_with_or_without_the_instance_dict() -> None:
+    # Python 3.11+ keeps an instance's attributes inline until something asks for __dict__, and
+    # gc.get_referents then yields the value directly: the chain text must not show it.
+    holder, payload = Holder(), Payload()
+    holder.payload = payload
+    outer = [holder]
+    direct = render_chain([outer, holder, payload])
+    through_dict = render_chain([outer, holder, holder.__dict__, payload])
+    assert direct == through_dict == "list -> [0] (Holder).payload -> Payload"
+    payload.items = [1]
+    deeper = render_chain([outer, holder, payload, payload.items])
+    assert deeper == render_chain([outer, holder, payload, payload.__dict__, payload.items])
+    assert deeper == "list -> [0] (Holder).payload (Payload).items -> list"
+
+
+def test_a_closure_link_is_named_by_its_free_variable() -> None:
+    def make() -> types.FunctionType:
+        captured = Payload()
+
+        def reader() -> Payload:
+            return captured
+
+        return reader  # type: ignore[return-value]
+
+    reader = make()
+    assert reader.__closure__ is not None
+    cell = reader.__closure__[0]
+    text = render_chain([[reader], reader, reader.__closure__, cell, cell.cell_contents])
+    assert text == "list -> [0] (function) -> closure captured -> Payload"
