@@ -163,6 +163,8 @@ def test_keyboard_interrupt_by_signal_ends_the_run(pytester: pytest.Pytester) ->
             pass
 
         def test_interrupted(eager_session, module_eager_session):
+            # Under xdist the outer run's worker ignores SIGINT, and its children inherit that.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(60)
 
