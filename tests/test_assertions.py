@@ -581,7 +581,9 @@ def test_eager_checks_decorate_unittest_methods_one_at_a_time() -> None:
         "LeakAssertionError: TrainingCase.test_keeps_a_variable leaked 1 TensorFlow object"
         in (failures["test_keeps_a_variable"])
     )
-    assert "-> .weights -> ResourceVariable" in failures["test_keeps_a_variable"]
+    assert (
+        "local self (TrainingCase).weights -> ResourceVariable" in failures["test_keeps_a_variable"]
+    )
     assert (
         "RetracingError: TrainingCase.test_retraces traced tf.functions"
         in (failures["test_retraces"])
