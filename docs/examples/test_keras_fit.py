@@ -9,7 +9,7 @@ _MODELS = {}
 
 def train(name):
     model = keras.Sequential([keras.layers.Input((4,)), keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse")
+    model.compile(optimizer=keras.optimizers.SGD(name="sgd"), loss="mse")
     x = np.ones((32, 4), dtype="float32")
     model.fit(x, x.sum(axis=1, keepdims=True), epochs=1, verbose=0)
     return model
