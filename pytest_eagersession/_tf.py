@@ -35,7 +35,7 @@ def tensorflow() -> ModuleType:
                 f"newer, and `import tensorflow` failed ({error}); {_INSTALL_HINT}"
             ) from error
     # Checked whoever imported it: an older TensorFlow that other code imported first is no better.
-    found = _parse_version(str(getattr(tf_module, "__version__", "0")))
+    found = parse_version(str(getattr(tf_module, "__version__", "0")))
     if found < MINIMUM_VERSION:
         raise TensorFlowMissingError(
             f"pytest-eagersession needs TensorFlow {_version_text(MINIMUM_VERSION)} or newer, "
@@ -44,7 +44,8 @@ def tensorflow() -> ModuleType:
     return tf_module
 
 
-def _parse_version(text: str) -> tuple[int, int]:
+def parse_version(text: str) -> tuple[int, int]:
+    """``"2.21.0rc1"`` becomes ``(2, 21)``."""
     parts = []
     for piece in text.split(".")[:2]:
         digits = "".join(ch for ch in piece if ch.isdigit())

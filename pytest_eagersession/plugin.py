@@ -29,6 +29,7 @@ from pytest_eagersession.settings import (
     policy_for,
     resolve,
 )
+from pytest_eagersession.support_range import python_warning, tensorflow_warning
 
 #: The type of every ``*eager_session`` fixture, for annotations.
 EagerSessionFixture = EagerSession
@@ -178,6 +179,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     manager = config.pluginmanager.get_plugin(_PLUGIN_NAME)
     if manager is not None:
         config.pluginmanager.unregister(manager, _PLUGIN_NAME)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The settings every test runs under, and a warning on an untested Python."""
+    settings = config.stash[SETTINGS_KEY]
+    lines = [f"eagersession: strategy {settings.strategy.value}, leaks {settings.leaks}"]
+    warning = python_warning()
+    if warning is not None:
+        lines.append(f"eagersession: WARNING: {warning}")
+    return lines
 
 
 class EagerSessionManager:
@@ -516,6 +527,11 @@ class EagerSessionManager:
         """List the tests that leaked, with counts and bytes."""
         if self._json_error is not None:
             terminalreporter.write_line(self._json_error, red=True)
+        tf_module = sys.modules.get("tensorflow")
+        if tf_module is not None:
+            untested = tensorflow_warning(str(getattr(tf_module, "__version__", "0")))
+            if untested is not None:
+                terminalreporter.write_line(f"eagersession: WARNING: {untested}", yellow=True)
         self._summarize_retention(terminalreporter)
         leaky = [entry for entry in self._results.values() if entry.get("leaks")]
         if not leaky:
