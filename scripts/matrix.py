@@ -1,0 +1,299 @@
+"""The version matrix: the test suite on every supported Python and TensorFlow pair.
+
+For each pair, a virtual environment is built once under ``.venvs-matrix/`` (rebuilt when
+``pyproject.toml`` changes) with the project installed in editable mode, its ``test`` extra and
+that TensorFlow release; then the test suite runs in it. On the newest and the oldest pair the
+real-suite gate's plugin-on run follows (``benchmarks/realsuite.py --only on``). A pair whose
+interpreter is missing is skipped with a message. Prints a table; exit status 1 if any pair
+that ran failed.
+
+    ./scripts/matrix [--pair PAIR ...] [--skip PAIR ...] [--no-gate] [--setup-only] [--list]
+                     [-n WORKERS] [--markdown PATH] [-- PYTEST_ARGS]
+
+Standard library only: it runs before any environment exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENVS = ROOT / ".venvs-matrix"
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One Python minor version with one TensorFlow minor release."""
+
+    python: str
+    tensorflow: str
+    gate: bool = False
+    """Also run the real-suite gate's plugin-on side here."""
+
+    @property
+    def name(self) -> str:
+        return f"py{self.python}-tf{self.tensorflow}"
+
+
+#: The tested range. The first and last entries are the newest and oldest pair: the gate runs there.
+PAIRS: tuple[Pair, ...] = (
+    Pair("3.13", "2.21", gate=True),
+    Pair("3.12", "2.21"),
+    Pair("3.11", "2.21"),
+    Pair("3.10", "2.21"),
+    Pair("3.11", "2.16", gate=True),
+)
+
+
+@dataclass
+class Outcome:
+    """What happened to one pair."""
+
+    pair: Pair
+    setup: str = ""
+    tests: str = "-"
+    gate: str = "-"
+    failed: bool = False
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def interpreter(version: str) -> str | None:
+    """A ``pythonX.Y`` that really is that version: on PATH, else under pyenv's root.
+
+    pyenv's shims answer only for the versions its current setting enables; the others are
+    still installed under ``$(pyenv root)/versions``.
+    """
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    candidates = [shutil.which(f"python{version}")]
+    candidates += sorted(map(str, pyenv.glob(f"versions/{version}.*/bin/python{version}")))
+    for candidate in candidates:
+        if candidate is None:
+            continue
+        probe = subprocess.run(
+            [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if probe.returncode == 0 and probe.stdout.strip() == version:
+            return candidate
+    return None
+
+
+def environment(pair: Pair, python: str) -> tuple[Path, str]:
+    """The pair's virtual environment, built if its stamp is missing; ``(venv, how)``."""
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
+    venv = VENVS / pair.name
+    stamp = venv / f".installed-{digest}"
+    if stamp.exists():
+        return venv, "cached"
+    started = time.perf_counter()
+    shutil.rmtree(venv, ignore_errors=True)
+    print(f"== {pair.name}: building {venv} (TensorFlow is large: about a minute)", flush=True)
+    subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    log = venv / "setup.txt"
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+    with log.open("w") as out:
+        for command in (
+            [*pip, "--upgrade", "pip"],
+            [*pip, "-e", f"{ROOT}[test]", f"tensorflow-cpu=={pair.tensorflow}.*"],
+        ):
+            if subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode:
+                print(log.read_text(errors="replace")[-3000:], file=sys.stderr)
+                raise subprocess.CalledProcessError(1, command)
+    stamp.touch()
+    return venv, f"built in {time.perf_counter() - started:.0f} s"
+
+
+def run(venv: Path, command: Sequence[str], log: Path) -> tuple[int, str]:
+    """Run ``command`` in ``venv`` from the project root; ``(status, last summary line)``."""
+    env = dict(os.environ)
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["VIRTUAL_ENV"] = str(venv)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env.pop("PYTHONPATH", None)
+    with log.open("w") as out:
+        status = subprocess.run(
+            [str(venv / "bin" / "python"), *command],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=False,
+        ).returncode
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    summary = next(
+        (line for line in reversed(lines) if re.search(r"\b(passed|failed|VERDICT)\b", line)),
+        lines[-1] if lines else "no output",
+    )
+    return status, summary.strip("= ")
+
+
+def versions(venv: Path) -> str:
+    """The exact Python, TensorFlow and Keras versions installed in ``venv``."""
+    probe = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import importlib.metadata as m, platform; "
+            "print(platform.python_version(), m.version('tensorflow-cpu'), m.version('keras'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return probe.stdout.strip() or "?"
+
+
+def check(
+    pair: Pair,
+    pytest_args: Sequence[str],
+    *,
+    gate: bool,
+    setup_only: bool,
+    workers: Sequence[str] = (),
+) -> Outcome:
+    outcome = Outcome(pair)
+    started = time.perf_counter()
+    python = interpreter(pair.python)
+    if python is None:
+        outcome.setup = f"skipped: python{pair.python} is not installed"
+        return outcome
+    try:
+        venv, outcome.setup = environment(pair, python)
+    except subprocess.CalledProcessError as error:
+        outcome.setup = f"set-up failed: {' '.join(map(str, error.cmd))}"
+        outcome.failed = True
+        return outcome
+    outcome.notes.append(versions(venv))
+    if setup_only:
+        return outcome
+    logs = venv / "logs"
+    logs.mkdir(exist_ok=True)
+    print(f"== {pair.name}: the test suite (log: {logs / 'tests.txt'})", flush=True)
+    command = ["-m", "pytest", "-q", "-p", "no:cacheprovider", *workers, *pytest_args]
+    status, outcome.tests = run(venv, command, logs / "tests.txt")
+    outcome.failed |= status != 0
+    if gate and pair.gate:
+        print(f"== {pair.name}: the real-suite gate, plugin on (log: {logs / 'gate.txt'})")
+        gate_command = ["benchmarks/realsuite.py", "--only", "on", *workers]
+        status, outcome.gate = run(venv, gate_command, logs / "gate.txt")
+        outcome.failed |= status != 0
+    outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+def gate_summary(verdict: str) -> str:
+    """``VERDICT: OK: of 913 tests ... (4 by a leak report)`` becomes ``OK (913 tests, 4 true
+    leaks reported)``."""
+    match = re.search(r"VERDICT: (\w+)", verdict)
+    if match is None:
+        return verdict
+    found = re.search(r"of (\d+) tests.*\((\d+) by a leak report\)", verdict)
+    if found is None:
+        return match.group(1)
+    return f"{match.group(1)} ({found.group(1)} tests, {found.group(2)} true leaks reported)"
+
+
+def table(outcomes: Sequence[Outcome]) -> str:
+    rows = [("pair", "installed (Python, TF, Keras)", "environment", "tests", "gate", "result")]
+    for o in outcomes:
+        result = "FAILED" if o.failed else ("skipped" if o.setup.startswith("skipped") else "ok")
+        installed = o.notes[0] if o.notes else "-"
+        rows.append((o.pair.name, installed, o.setup, o.tests, gate_summary(o.gate), result))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def markdown(outcomes: Sequence[Outcome]) -> str:
+    """The table for the docs: versions and results, without the timings."""
+
+    def counts(summary: str) -> str:
+        return re.sub(r",? *\d+ warnings?|,? in [\d.]+s.*$", "", summary).strip() or "-"
+
+    lines = [
+        "| Python | TensorFlow | Keras | test suite | real-suite gate, plugin on |",
+        "|---|---|---|---|---|",
+    ]
+    for o in outcomes:
+        if o.notes:
+            python, tensorflow, keras = [*o.notes[0].split(), "?", "?", "?"][:3]
+        else:
+            python, tensorflow, keras = f"{o.pair.python} (not installed)", o.pair.tensorflow, "-"
+        gate = gate_summary(o.gate)
+        lines.append(f"| {python} | {tensorflow} | {keras} | {counts(o.tests)} | {gate} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str]) -> int:
+    pytest_args: list[str] = []
+    if "--" in argv:
+        pytest_args = list(argv[argv.index("--") + 1 :])
+        argv = argv[: argv.index("--")]
+    names = [pair.name for pair in PAIRS]
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--pair", action="append", choices=names, help="run only these pairs")
+    parser.add_argument(
+        "--skip", action="append", choices=names, default=[], help="leave these pairs out"
+    )
+    parser.add_argument("--no-gate", action="store_true", help="run no real-suite gate")
+    parser.add_argument(
+        "--setup-only", action="store_true", help="build the environments, run nothing"
+    )
+    parser.add_argument("--list", action="store_true", help="print the pairs' names and stop")
+    parser.add_argument("--markdown", metavar="PATH", help="also write the table here (Markdown)")
+    parser.add_argument(
+        "-n",
+        "--workers",
+        default="2",
+        metavar="N",
+        help="pytest-xdist workers for each pair's test suite and gate (default 2; 0: serially)",
+    )
+    options = parser.parse_args(argv)
+    if options.list:
+        print("\n".join(names))
+        return 0
+    workers = ["-n", options.workers] if options.workers != "0" else []
+    chosen = [
+        pair
+        for pair in PAIRS
+        if (options.pair is None or pair.name in options.pair) and pair.name not in options.skip
+    ]
+    outcomes = [
+        check(
+            pair,
+            pytest_args,
+            gate=not options.no_gate,
+            setup_only=options.setup_only,
+            workers=workers,
+        )
+        for pair in chosen
+    ]
+    print()
+    print(table(outcomes))
+    if options.markdown:
+        Path(options.markdown).write_text(markdown(outcomes))
+    for pair in PAIRS:
+        if pair.name in options.skip:
+            print(f"({pair.name} left out, as --skip asked)")
+    return 1 if any(o.failed for o in outcomes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
