@@ -142,3 +142,16 @@ def test_failure_text_takes_a_teardown_report_whole_and_a_failure_s_e_lines() ->
     assert (
         generate.failure_text(failure) == "pkg.GrowthError: step grows:\n  run 1: +1 object (4 B)"
     )
+
+
+def test_the_readme_shows_the_committed_version_matrix() -> None:
+    table = (DOCS / "generated" / "matrix.md").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index("<!-- matrix table: docs/generated/matrix.md")
+    start = readme.index("\n", start) + 1
+    end = readme.index("<!-- end of matrix table -->")
+    assert readme[start:end] == table
+    assert '--8<-- "docs/generated/matrix.md"' in pages()["compatibility.md"]
+    rows = [line for line in table.splitlines()[2:] if line.startswith("|")]
+    assert len(rows) == 5
+    assert all("failed" not in row and "error" not in row for row in rows), table
