@@ -19,6 +19,27 @@ from typing import Any
 #: Module name prefixes whose state counts as "TensorFlow internals".
 TENSORFLOW_MODULES = ("tensorflow", "keras", "tf_keras", "tensorboard")
 
+#: TensorFlow's and Keras's module state that keeps what user code put there, by the chain's start:
+#: such a chain is TensorFlow's, but the cause is the code that filled it.
+FILLED_BY_USER_CODE = (
+    (
+        (
+            "keras.src.saving.object_registration.GLOBAL_CUSTOM_OBJECTS",
+            "keras.src.saving.object_registration.GLOBAL_CUSTOM_NAMES",
+        ),
+        "registered by user code with keras.saving.register_keras_serializable: "
+        "Keras keeps it for the rest of the run",
+    ),
+    (
+        (
+            "tensorflow.python.ops.stateful_random_ops.global_generator",
+            "tensorflow.python.ops.stateful_random_ops._global_generator",
+        ),
+        "installed by user code with tf.random.set_global_generator: "
+        "TensorFlow keeps it for the rest of the run",
+    ),
+)
+
 NO_HOLDER = (
     "no Python holder found: it is kept alive from native code (a persistent GradientTape, "
     "a C++ resource) or only by objects Python cannot see"
@@ -41,6 +62,8 @@ class Explanation:
     """How to give the search more time, said when it ran out."""
     root: str | None = None
     """What the chain starts at: ``"module"`` or ``"frame"`` (a running frame's locals)."""
+    cause: str | None = None
+    """For TensorFlow's state that keeps what user code put there: how it got there."""
 
     @property
     def certain(self) -> bool:
@@ -54,6 +77,8 @@ class Explanation:
             return f"no holder found within {self.seconds:.1f} s (the search stopped there{advice})"
         if self.chain is None:
             return NO_HOLDER
+        if self.cause is not None:
+            return f"held by {self.chain} ({self.cause})"
         if self.internal:
             return f"held by TensorFlow internals: {self.chain}"
         return f"held by {self.chain}"
@@ -120,8 +145,9 @@ def explain(
             TENSORFLOW_MODULES
         )
         root_kind = "module" if isinstance(root, types.ModuleType) else "frame"
+        text = render_chain(chain)
         return Explanation(
-            render_chain(chain), internal, seconds, more_time=more_time, root=root_kind
+            text, internal, seconds, more_time=more_time, root=root_kind, cause=_cause(text)
         )
     finally:
         del chain
@@ -180,6 +206,13 @@ def backref_chain(
         return None, False
     finally:
         parent.clear()
+
+
+def _cause(chain: str) -> str | None:
+    for starts, cause in FILLED_BY_USER_CODE:
+        if any(chain.startswith((start + " ", start + ".")) for start in starts):
+            return cause
+    return None
 
 
 def _is_proper_module(candidate: types.ModuleType) -> bool:

@@ -98,3 +98,31 @@ def test_a_closure_link_is_named_by_its_free_variable() -> None:
     cell = reader.__closure__[0]
     text = render_chain([[reader], reader, reader.__closure__, cell, cell.cell_contents])
     assert text == "list -> [0] (function) -> closure captured -> Payload"
+
+
+def test_keras_state_that_user_code_filled_says_so() -> None:
+    keras = pytest.importorskip("keras")
+
+    def define() -> str:
+        @keras.saving.register_keras_serializable(package="eagersession_test")
+        class Adder(keras.layers.Layer):
+            @tf.function
+            def concat(self, x: tf.Tensor) -> tf.Tensor:
+                return x
+
+        return "eagersession_test>Adder"
+
+    key = define()
+    registry = keras.saving.get_custom_objects()
+    try:
+        explanation = explain(registry[key].concat, budget_s=10)
+    finally:  # keras.saving has no unregister: its two registries, by hand
+        from keras.src.saving import object_registration
+
+        object_registration.GLOBAL_CUSTOM_NAMES.pop(registry.pop(key))
+    assert explanation.internal  # TensorFlow's state: never cut off under a test
+    assert explanation.text() == (
+        "held by keras.src.saving.object_registration.GLOBAL_CUSTOM_OBJECTS (dict) -> "
+        "['eagersession_test>Adder'].concat -> Function (registered by user code with "
+        "keras.saving.register_keras_serializable: Keras keeps it for the rest of the run)"
+    )
