@@ -29,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENVS = ROOT / ".venvs-matrix"
+TAIL_LINES = 60  # of a failed run's log, printed
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,9 @@ def run(venv: Path, command: Sequence[str], log: Path) -> tuple[int, str]:
             check=False,
         ).returncode
     lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    if status != 0:  # what failed, in the output CI keeps (the log stays in the venv)
+        print(f"-- exit status {status}; the end of {log}:")
+        print("\n".join(f"   | {line}" for line in lines[-TAIL_LINES:]), flush=True)
     summary = next(
         (line for line in reversed(lines) if re.search(r"\b(passed|failed|VERDICT)\b", line)),
         lines[-1] if lines else "no output",

@@ -95,3 +95,20 @@ def test_unknown_pairs_are_refused_naming_the_valid_ones() -> None:
     assert listed.stdout.split() == [
         "py3.13-tf2.21", "py3.12-tf2.21", "py3.11-tf2.21", "py3.10-tf2.21", "py3.11-tf2.16"
     ]  # fmt: skip
+
+
+def test_a_failed_run_shows_the_end_of_its_log(
+    matrix: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    code = "import sys; print('1 failed, 2 passed'); print('boom'); sys.exit(3)"
+    status, summary = matrix.run(venv, ["-c", code], tmp_path / "log.txt")
+    assert (status, summary) == (3, "1 failed, 2 passed")
+    shown = capsys.readouterr().out
+    assert f"-- exit status 3; the end of {tmp_path / 'log.txt'}:" in shown
+    assert "   | boom" in shown
+    status, summary = matrix.run(venv, ["-c", "print('3 passed')"], tmp_path / "log.txt")
+    assert (status, summary) == (0, "3 passed")
+    assert capsys.readouterr().out == ""
