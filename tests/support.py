@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 
 #: Inner runs search each leak's holders for up to 10 s, not the default 0.5 s: the chains the
 #: tests check must not depend on how loaded the machine is.
 CHAIN_BUDGET = "--eagersession-chain-budget=10"
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """Import a script of the repository (not a package module) as module ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 2.0) -> bool:

@@ -7,14 +7,12 @@ site itself is built with ``mkdocs build --strict`` by ``./scripts/test`` (``./s
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from support import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -22,17 +20,7 @@ SNIPPET = re.compile(r'--8<-- "(?P<path>[^":]+)(?::(?P<section>[\w-]+))?"')
 LINK = re.compile(r"\]\((?P<target>[^)#\s]+)(?:#[^)]*)?\)")
 
 
-def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_generate", DOCS / "generate.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-generate = _load_generator()
+generate = load_script(DOCS / "generate.py", "docs_generate")
 
 
 def pages() -> dict[str, str]:

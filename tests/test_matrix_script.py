@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from support import load_script
 
 from pytest_eagersession.support_range import PYTHON_RANGE, TENSORFLOW_RANGE
 
@@ -17,13 +17,7 @@ SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "matrix.py"
 
 @pytest.fixture(scope="module")
 def matrix() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("matrix_script", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "matrix_script")
 
 
 def test_the_pairs_cover_the_claimed_range(matrix: ModuleType) -> None:
