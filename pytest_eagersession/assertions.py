@@ -30,11 +30,12 @@ import types
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from pytest_eagersession import _tf
-from pytest_eagersession.explain import Explanation, StackRoots, explain
+from pytest_eagersession.explain import Explanation, explain_all
 from pytest_eagersession.kinds import (
     TENSOR,
     VARIABLE,
@@ -60,11 +61,8 @@ LimitT = TypeVar("LimitT")
 DEFAULT_WARMUP = 2
 #: Measured runs of ``assert_no_growth``; a cache keeping the last k results passes if k < runs-1.
 DEFAULT_RUNS = 5
-#: Objects traced to their holders per report.
-DEFAULT_EXPLAIN = 3
-DEFAULT_CHAIN_DEPTH = 10
-#: Seconds the search for one object's holders may take.
-DEFAULT_CHAIN_BUDGET_S = 1.0
+#: Seconds the search for the holders of one report's objects may take.
+DEFAULT_CHAIN_BUDGET_S = 5.0
 #: Objects listed per run in a growth report, and largest objects listed at a memory peak.
 LISTED_PER_RUN = 5
 LARGEST_AT_PEAK = 5
@@ -194,45 +192,30 @@ def _leaks_since(
 # ----------------------------------------------------------------- who holds it
 
 
-def explain_here(
-    obj: object, *, max_depth: int = DEFAULT_CHAIN_DEPTH, budget_s: float = DEFAULT_CHAIN_BUDGET_S
-) -> str:
+def explain_here(obj: object, *, budget_s: float = DEFAULT_CHAIN_BUDGET_S) -> str:
     """Who holds ``obj``, as a report's line; the locals of the checking code's callers count.
 
-    ``explain.explain`` alone leaves out every frame on the stack, which suits the plugin's
-    teardown. A check made in the middle of a test must name the test's own locals, and the gc
-    cannot see what a running frame holds: so what the locals of the frames below this
-    package's own hold counts as a root too, reached through that frame.
+    The plugin's teardown leaves every frame of its own thread out: the test has returned. A
+    check made in the middle of a test must name the test's own locals, so the frames below
+    this package's own are roots too, before any other.
     """
-    return _explanation_here(obj, max_depth=max_depth, budget_s=budget_s).text()
+    return _explain_here([obj], budget_s=budget_s)[0].text()
 
 
-def _explanation_here(
-    obj: object, *, max_depth: int = DEFAULT_CHAIN_DEPTH, budget_s: float = DEFAULT_CHAIN_BUDGET_S
-) -> Explanation:
-    own_frames, held_by_frame, snapshots = _stack_roots()
-    own_frames.add(id(sys._getframe()))
-    ignore = {id(snapshot) for snapshot in snapshots}
-    ignore.update((id(held_by_frame), id(snapshots)))
+def _explain_here(
+    objects: Sequence[object], *, budget_s: float = DEFAULT_CHAIN_BUDGET_S
+) -> list[Explanation]:
+    stack = _callers()
     try:
-        return explain(
-            obj,
-            max_depth=max_depth,
-            budget_s=budget_s,
-            stack=StackRoots(own_frames, held_by_frame, ignore),
-            more_time=None,
-        )
+        return explain_all(objects, budget_s=budget_s, stack=stack, more_time=None)
     finally:
-        held_by_frame.clear()
-        snapshots.clear()
+        stack.clear()
 
 
-def _stack_roots() -> tuple[set[int], dict[int, types.FrameType], list[dict[str, Any]]]:
-    """This package's frames on top of the stack; what the frames below hold, by id."""
-    own: set[int] = set()
-    held: dict[int, types.FrameType] = {}
-    snapshots: list[dict[str, Any]] = []
-    frame: types.FrameType | None = sys._getframe(2)
+def _callers() -> list[types.FrameType]:
+    """The running frames below this package's own (and contextlib's, which it enters)."""
+    frames: list[types.FrameType] = []
+    frame: types.FrameType | None = sys._getframe(1)
     ours = True
     try:
         while frame is not None:
@@ -240,30 +223,56 @@ def _stack_roots() -> tuple[set[int], dict[int, types.FrameType], list[dict[str,
             ours = ours and (
                 filename.startswith(_PACKAGE_DIR) or filename.endswith("/contextlib.py")
             )
-            if ours:
-                own.add(id(frame))
-            else:
-                local_values = dict(frame.f_locals)
-                snapshots.append(local_values)
-                for value in local_values.values():
-                    held.setdefault(id(value), frame)
+            if not ours:
+                frames.append(frame)
             frame = frame.f_back
     finally:
         del frame
-    return own, held, snapshots
+    return frames
 
 
 def _records(
-    survivors: Sequence[Survivor], scope: str, *, explain_limit: int, chain_depth: int
+    survivors: Sequence[Survivor],
+    scope: str,
+    *,
+    explain_limit: int | None,
+    explained: dict[int, Explanation] | None = None,
 ) -> list[LeakRecord]:
-    """``report.build_records``'s records, with holders found by ``explain_here``."""
+    """``report.build_records``'s records, with holders found by ``_explain_here``.
 
-    def holders(obj: object) -> Explanation:
-        return _explanation_here(obj, max_depth=chain_depth)
+    ``explained`` has the explanations of a walk made already, by the objects' ids.
+    """
+
+    def holders(objects: Sequence[object]) -> Sequence[Explanation | None]:
+        if explained is not None:
+            return [explained.get(id(obj)) for obj in objects]
+        return _explain_here(objects)
 
     return build_records(
-        survivors, scope, explain_limit=explain_limit, chain_depth=chain_depth, explainer=holders
+        survivors, scope, explain_limit=explain_limit, chain_depth=0, explainer=holders
     )
+
+
+def _explained_together(
+    buckets: Sequence[Sequence[Survivor]], limit: int | None
+) -> dict[int, Explanation]:
+    """One walk for the survivors of several runs (the first ``limit``), by their ids."""
+    objects: list[object] = []
+    for survivor in chain.from_iterable(buckets):
+        if limit is not None and len(objects) >= limit:
+            break
+        obj = None if survivor.ref is None else survivor.ref()
+        if obj is not None:
+            objects.append(obj)
+    try:
+        if not objects:
+            return {}
+        return {
+            id(obj): explanation
+            for obj, explanation in zip(objects, _explain_here(objects), strict=True)
+        }
+    finally:
+        objects.clear()
 
 
 # ----------------------------------------------------------------- leaks since a checkpoint
@@ -275,8 +284,7 @@ def assert_no_leaks(
     since: int = 0,
     allow: AllowFilter | None = None,
     where: str | None = None,
-    explain_limit: int = DEFAULT_EXPLAIN,
-    chain_depth: int = DEFAULT_CHAIN_DEPTH,
+    explain_limit: int | None = None,
 ) -> None:
     """Fail with the plugin's leak report if something made after ``since`` is still alive.
 
@@ -291,9 +299,7 @@ def assert_no_leaks(
         leaks = _leaks_since(session, since, None, allow)
         if not leaks:
             return
-        records = _records(
-            leaks, "checkpoint", explain_limit=explain_limit, chain_depth=chain_depth
-        )
+        records = _records(leaks, "checkpoint", explain_limit=explain_limit)
         del leaks
     text = render(
         where or f"The code run since checkpoint {since}",
@@ -338,8 +344,7 @@ def assert_no_growth(
     runs: int = DEFAULT_RUNS,
     session: EagerSession | None = None,
     allow: AllowFilter | None = None,
-    explain_limit: int = DEFAULT_EXPLAIN,
-    chain_depth: int = DEFAULT_CHAIN_DEPTH,
+    explain_limit: int | None = None,
 ) -> tuple[RunGrowth, ...]:
     """Call ``fn`` ``warmup`` times, then ``runs`` times, and fail if each run leaves objects.
 
@@ -382,11 +387,10 @@ def assert_no_growth(
             for run in range(runs)
         ]
         failing = all(grew[:-1])
-        budget = explain_limit if failing else 0
+        explained = _explained_together(buckets, explain_limit if failing else 0)
         results = []
         for run in range(runs):
-            records = _records(buckets[run], "run", explain_limit=budget, chain_depth=chain_depth)
-            budget = max(0, budget - len(records))
+            records = _records(buckets[run], "run", explain_limit=None, explained=explained)
             results.append(
                 RunGrowth(
                     run=run + 1,
@@ -398,6 +402,7 @@ def assert_no_growth(
                 )
             )
         del buckets
+        explained.clear()
     if failing:
         raise GrowthError(_growth_text(fn, warmup, results), results)
     return tuple(results)

@@ -1,23 +1,26 @@
-"""Who holds a leaked object: the chain of references from a root (a module, a live frame) to it.
+"""Who holds a leaked object: the chain of references from a root (a module, a frame) to it.
 
-The chain is found with objgraph's back-reference search (reimplemented here with a time
-budget, and without objgraph's full collection per search, which costs ~0.2 s) and rendered to
-one line of text at once, for example ``test_x._CACHE (list) -> [0] -> EagerTensor``; nothing
-keeps the object.
+The chains come from one forward walk from the roots for all the objects of a report
+(``holders.walk``), rendered to one line of text each at once, for example
+``test_x._CACHE (list) -> [0] -> EagerTensor``; nothing keeps the objects.
 """
 
 from __future__ import annotations
 
-import gc
-import sys
 import time
 import types
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-#: Module name prefixes whose state counts as "TensorFlow internals".
-TENSORFLOW_MODULES = ("tensorflow", "keras", "tf_keras", "tensorboard")
+from pytest_eagersession.holders import (
+    Root,
+    frame_name,
+    module_roots,
+    thread_roots,
+    walk,
+)
 
 #: TensorFlow's and Keras's module state that keeps what user code put there, by the chain's start:
 #: such a chain is TensorFlow's, but the cause is the code that filled it.
@@ -41,8 +44,9 @@ FILLED_BY_USER_CODE = (
 )
 
 NO_HOLDER = (
-    "no Python holder found: it is kept alive from native code (a persistent GradientTape, "
-    "a C++ resource) or only by objects Python cannot see"
+    "no Python holder: nothing reachable from a module, a running frame or the test framework "
+    "refers to it (it is kept alive from native code, such as a C++ resource or a persistent "
+    "GradientTape, or only by objects Python cannot see)"
 )
 
 
@@ -84,128 +88,73 @@ class Explanation:
         return f"held by {self.chain}"
 
 
-@dataclass
-class StackRoots:
-    """For a search made while the code that holds the object still runs.
-
-    The gc cannot see what a running frame's locals hold, so the caller names them:
-    ``held_by_frame`` maps the id of each object a frame's locals hold to that frame.
-    """
-
-    own_frames: set[int]
-    """Frames of the searching code: never roots."""
-    held_by_frame: dict[int, types.FrameType]
-    """Objects that running frames' locals hold, by id, and the frame holding each."""
-    ignore: set[int] = field(default_factory=set)
-    """Ids of the caller's own bookkeeping, never part of a chain."""
-
-
 def explain(
     obj: object,
     *,
-    max_depth: int = 10,
-    budget_s: float = 0.5,
-    stack: StackRoots | None = None,
+    budget_s: float = 5.0,
+    stack: Sequence[types.FrameType] = (),
+    framework: Sequence[Root] = (),
     more_time: str | None = "-v searches longer",
 ) -> Explanation:
-    """Find and render the shortest chain from a root to ``obj``.
+    """Who holds ``obj``: ``explain_all`` for one object."""
+    return explain_all(
+        [obj], budget_s=budget_s, stack=stack, framework=framework, more_time=more_time
+    )[0]
 
-    The search is objgraph's breadth-first walk over ``gc.get_referrers``, bounded by
-    ``max_depth`` links and ``budget_s`` seconds, so that an object nothing in Python holds
-    cannot stall the run while the whole heap is searched. Roots are modules and frames not on
-    the stack; with ``stack``, also what the running frames' locals hold.
+
+def explain_all(
+    objects: Sequence[object],
+    *,
+    budget_s: float = 5.0,
+    stack: Sequence[types.FrameType] = (),
+    framework: Sequence[Root] = (),
+    more_time: str | None = "-v searches longer",
+) -> list[Explanation]:
+    """Find and render a shortest chain from a root to each of ``objects``, in one walk.
+
+    Roots, in order of preference: ``stack`` (the running frames of code that checks for leaks
+    in the middle of a test), modules and their classes other than TensorFlow's and Keras's,
+    the other threads' running frames, ``framework`` (the test framework's state), TensorFlow's
+    and Keras's modules. The walk stops after ``budget_s`` seconds; an object it did not reach
+    once it went everywhere has no Python holder.
     """
     started = time.perf_counter()
-    if stack is None:
-        stack = StackRoots(_current_frames(), {})
-    own_frames = stack.own_frames | {id(sys._getframe())}
-    held_by_frame = stack.held_by_frame
-
-    def is_root(candidate: object) -> bool:
-        if id(candidate) in held_by_frame:
-            return True
-        if isinstance(candidate, types.ModuleType):
-            return _is_proper_module(candidate)
-        return isinstance(candidate, types.FrameType) and id(candidate) not in own_frames
-
-    chain: list[Any] | None = [obj] if id(obj) in held_by_frame else None
-    timed_out = False
-    if chain is None:
-        ignore = own_frames | stack.ignore | {id(stack)}
-        chain, timed_out = backref_chain(obj, is_root, max_depth, started + budget_s, ignore)
-    seconds = time.perf_counter() - started
+    modules = module_roots()
+    tiers = [
+        [Root(frame_name(frame), frame, "frame") for frame in stack],
+        [root for root in modules if not root.internal],
+        thread_roots(),
+        list(framework),
+        [root for root in modules if root.internal],
+    ]
+    found = walk(objects, tiers, deadline=started + budget_s)
     try:
-        if chain is None:
-            return Explanation(None, seconds=seconds, timed_out=timed_out, more_time=more_time)
-        frame = held_by_frame.get(id(chain[0]))
-        if frame is not None:
-            chain.insert(0, frame)
-        root = chain[0]
-        internal = isinstance(root, types.ModuleType) and root.__name__.split(".")[0] in (
-            TENSORFLOW_MODULES
-        )
-        root_kind = "module" if isinstance(root, types.ModuleType) else "frame"
-        text = render_chain(chain)
-        return Explanation(
-            text, internal, seconds, more_time=more_time, root=root_kind, cause=_cause(text)
-        )
+        seconds = time.perf_counter() - started
+        explanations = []
+        for obj in objects:
+            hit = found.chains.get(id(obj))
+            if hit is None:
+                explanations.append(
+                    Explanation(
+                        None, seconds=seconds, timed_out=found.timed_out, more_time=more_time
+                    )
+                )
+                continue
+            root, chain = hit
+            text = render_chain(chain, root_name=root.name)
+            explanations.append(
+                Explanation(
+                    text,
+                    root.internal,
+                    seconds,
+                    more_time=more_time,
+                    root=root.kind,
+                    cause=_cause(text),
+                )
+            )
+        return explanations
     finally:
-        del chain
-
-
-#: How many objects one ``gc.get_referrers`` call asks about (it compares each against all).
-_BATCH = 64
-
-
-def backref_chain(
-    obj: object,
-    is_root: Callable[[object], bool],
-    max_depth: int,
-    deadline: float,
-    ignore_ids: set[int],
-) -> tuple[list[Any] | None, bool]:
-    """Breadth-first search from ``obj`` up its referrers to a root; ``(chain, timed_out)``.
-
-    Level by level, like objgraph's, but one heap scan serves up to ``_BATCH`` objects of a
-    level instead of one: a chain of 17 links took 0.5 s one object at a time.
-    """
-    parent: dict[int, Any] = {id(obj): None}
-    level: list[Any] = [obj]
-    ignore = set(ignore_ids)
-    ignore.update((id(parent), id(ignore), id(sys._getframe())))
-    try:
-        for _ in range(max_depth):
-            ignore.add(id(level))
-            following: list[Any] = []
-            ignore.add(id(following))
-            for start in range(0, len(level), _BATCH):
-                if time.perf_counter() > deadline:
-                    return None, True
-                batch = level[start : start + _BATCH]
-                wanted = {id(item) for item in batch}
-                referrers = gc.get_referrers(*batch)
-                ignore.update((id(batch), id(referrers)))
-                for source in referrers:
-                    key = id(source)
-                    if key in ignore or key in parent:
-                        continue
-                    child = next((c for c in gc.get_referents(source) if id(c) in wanted), None)
-                    if child is None:
-                        continue
-                    parent[key] = child
-                    if is_root(source):
-                        chain = [source]
-                        while parent[id(chain[-1])] is not None:
-                            chain.append(parent[id(chain[-1])])
-                        return chain, False
-                    following.append(source)
-                del referrers, batch
-            if not following:
-                return None, False
-            level = following
-        return None, False
-    finally:
-        parent.clear()
+        found.close()
 
 
 def _cause(chain: str) -> str | None:
@@ -215,22 +164,9 @@ def _cause(chain: str) -> str | None:
     return None
 
 
-def _is_proper_module(candidate: types.ModuleType) -> bool:
-    return sys.modules.get(candidate.__name__) is candidate
-
-
-def _current_frames() -> set[int]:
-    frames = set()
-    frame: types.FrameType | None = sys._getframe(1)
-    while frame is not None:
-        frames.add(id(frame))
-        frame = frame.f_back
-    return frames
-
-
-def render_chain(chain: Sequence[Any]) -> str:
+def render_chain(chain: Sequence[Any], *, root_name: str | None = None) -> str:
     """``[module, dict, list, tensor]`` becomes ``mod._CACHE (list) -> [0] -> EagerTensor``."""
-    parts = [_root_name(chain[0])]
+    parts = [root_name or _root_name(chain[0])]
     index = 1
     while index < len(chain):
         parent, child = chain[index - 1], chain[index]
@@ -253,6 +189,16 @@ def render_chain(chain: Sequence[Any]) -> str:
             if index + 2 < len(chain):  # the cell's contents: no link of their own
                 parts[-1] += _type_suffix(chain[index + 2], last=index + 2 == len(chain) - 1)
             index += 3
+            continue
+        if isinstance(child, types.TracebackType):
+            # an exception's traceback reads as one link to the frame it reaches
+            if isinstance(parent, BaseException):
+                parts[-1] += ".__traceback__"
+            index += 1
+            continue
+        if isinstance(child, types.FrameType):
+            parts.append(frame_name(child))
+            index += 1
             continue
         link = _link(parent, child)
         last = index == len(chain) - 1
@@ -280,7 +226,7 @@ def _root_name(root: Any) -> str:
     if isinstance(root, types.ModuleType):
         return root.__name__
     if isinstance(root, types.FrameType):
-        return f"frame of {root.f_code.co_name} ({root.f_code.co_filename}:{root.f_lineno})"
+        return frame_name(root)
     return type(root).__name__
 
 
@@ -360,5 +306,8 @@ def _key_of(mapping: dict[Any, Any], child: Any) -> Any:
 
 
 def _short_repr(value: Any, limit: int = 40) -> str:
+    if isinstance(value, weakref.ref):  # a weak-key dictionary's key: its address says nothing
+        target = value()
+        return "weakref to dead object" if target is None else f"weakref to {type(target).__name__}"
     text = value if isinstance(value, str) and value.startswith("key ") else repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from pytest_eagersession.assertions import EagerChecks
+from pytest_eagersession.holders import Root
 from pytest_eagersession.kinds import format_bytes, tensorflow_ready
 from pytest_eagersession.report import LeakRecord, build_records, render, write_json
 from pytest_eagersession.session import EagerSession
@@ -90,14 +91,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="eagersession_max_leaks",
         default=None,
         metavar="N",
-        help="leaks traced to their holders per scope (default 3; 20 with -v).",
+        help="leaks traced to their holders per scope (default: all of them).",
     )
     group.addoption(
         "--eagersession-chain-budget",
         dest="eagersession_chain_budget",
         default=None,
         metavar="SECONDS",
-        help="time the search for one leak's holders may take (default 0.5; 2 with -v).",
+        help="time the one search for a scope's leaks' holders may take (default 5; 20 with -v).",
     )
     group.addoption(
         "--eagersession-retention",
@@ -132,7 +133,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("eagersession_max_leaks", "leaks traced to their holders per scope", default="")
     parser.addini(
         "eagersession_chain_budget",
-        "seconds the search for one leak's holders may take",
+        "seconds the search for a scope's leaks' holders may take",
         default="",
     )
     parser.addini(
@@ -489,6 +490,7 @@ class EagerSessionManager:
             explain_limit=settings.max_leaks,
             chain_depth=settings.chain_depth,
             chain_budget_s=settings.chain_budget_s,
+            framework=_framework_roots(item.config),
             graphs_dir=settings.graphs_dir,
             graph_prefix=_safe_name(item.nodeid) + f"-{scope}",
             graph_errors=graph_errors,
@@ -704,3 +706,11 @@ def _retention_text(released: list[str]) -> str:
 
 def _safe_name(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)[:120]
+
+
+def _framework_roots(config: pytest.Config) -> list[Root]:
+    """pytest's state that keeps user objects past a test: callbacks of ``config.add_cleanup``."""
+    cleanups = getattr(config, "_cleanup_stack", None)  # pytest 8.1 and later
+    if cleanups is None:
+        cleanups = getattr(config, "_cleanup", None)
+    return [] if cleanups is None else [Root("pytest config.add_cleanup", cleanups, "framework")]

@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pytest_eagersession.explain import Explanation, explain
+from pytest_eagersession.explain import Explanation, explain_all
+from pytest_eagersession.holders import Root
 from pytest_eagersession.kinds import format_bytes
 from pytest_eagersession.survivors import Survivor, destroy_resources
 
@@ -57,21 +58,23 @@ def build_records(
     survivors: Sequence[Survivor],
     scope: str,
     *,
-    explain_limit: int,
+    explain_limit: int | None,
     chain_depth: int,
-    chain_budget_s: float = 0.5,
+    chain_budget_s: float = 5.0,
     graphs_dir: str | None = None,
     graph_prefix: str = "leak",
     graph_errors: list[str] | None = None,
-    explainer: Callable[[object], Explanation] | None = None,
+    explainer: Callable[[Sequence[object]], Sequence[Explanation | None]] | None = None,
+    framework: Sequence[Root] = (),
     destroy: bool = False,
 ) -> list[LeakRecord]:
-    """Records for ``survivors``, the first ``explain_limit`` of them with their holders' chain.
+    """Records for ``survivors``, the first ``explain_limit`` (None: all) with their holders.
 
-    ``explainer`` replaces the search for holders (``explain.explain`` by default). With
-    ``destroy``, a resource owner whose holder is certainly the user's own module state is cut
-    off its resource; one held from anywhere else (TensorFlow's state, a running frame, nothing
-    found) may still be in use by later code, and is left intact.
+    The holders of all of them are found in one walk (``explain.explain_all``, or
+    ``explainer``), from the modules, the threads and ``framework``'s roots. With ``destroy``,
+    a resource owner whose holder is certainly the user's own module state is cut off its
+    resource; one held from anywhere else (TensorFlow's state, a running frame, nothing found)
+    may still be in use by later code, and is left intact.
 
     A graph that cannot be written (an unwritable folder, objgraph missing) costs the graphs
     only: the reason goes to ``graph_errors`` once, and no more graphs are tried.
@@ -81,30 +84,41 @@ def build_records(
         survivors,
         key=lambda s: (KIND_ORDER.get(s.kind, 9), -(s.description.nbytes or 0), s.summary()),
     )
+    traced = [
+        (index, obj)
+        for index, survivor in enumerate(ordered[:explain_limit])
+        if survivor.ref is not None and (obj := survivor.ref()) is not None
+    ]
+    explanations: dict[int, Explanation | None] = {}
+    if traced:
+        objects = [obj for _, obj in traced]
+        found = (
+            explainer(objects)
+            if explainer is not None
+            else explain_all(objects, budget_s=chain_budget_s, framework=framework)
+        )
+        explanations = {
+            index: explanation for (index, _), explanation in zip(traced, found, strict=True)
+        }
+        del objects, found
+    graphs = dict(traced) if graphs_dir is not None else {}
+    del traced
     records = []
     for index, survivor in enumerate(ordered):
-        retained_by = None
+        explanation = explanations.get(index)
         destroyed = False
-        if index < explain_limit and survivor.ref is not None:
-            obj = survivor.ref()
-            if obj is not None:
+        if explanation is not None:
+            if destroy and explanation.certain and survivor.kind in _RESOURCE_OWNERS:
+                destroyed = destroy_resources([survivor]) == 1
+            if graphs_dir is not None and index in graphs:
                 try:
-                    if explainer is not None:
-                        explanation = explainer(obj)
-                    else:
-                        explanation = explain(obj, max_depth=chain_depth, budget_s=chain_budget_s)
-                    retained_by = explanation.text()
-                    if destroy and explanation.certain and survivor.kind in _RESOURCE_OWNERS:
-                        destroyed = destroy_resources([survivor]) == 1
-                    if graphs_dir is not None:
-                        try:
-                            write_graph(obj, graphs_dir, f"{graph_prefix}-{index + 1}", chain_depth)
-                        except Exception as error:
-                            graphs_dir = None
-                            if graph_errors is not None:
-                                graph_errors.append(_graph_error_text(error))
-                finally:
-                    del obj
+                    write_graph(
+                        graphs[index], graphs_dir, f"{graph_prefix}-{index + 1}", chain_depth
+                    )
+                except Exception as error:
+                    graphs_dir = None
+                    if graph_errors is not None:
+                        graph_errors.append(_graph_error_text(error))
         description = survivor.description
         records.append(
             LeakRecord(
@@ -117,12 +131,13 @@ def build_records(
                 device=description.device,
                 op=survivor.op,
                 created_at=survivor.created_at,
-                retained_by=retained_by,
+                retained_by=None if explanation is None else explanation.text(),
                 summary=survivor.summary(),
                 allowed=survivor.allowed,
                 destroyed=destroyed,
             )
         )
+    graphs.clear()
     return records
 
 
@@ -141,8 +156,7 @@ def render(where: str, scope: str, records: Sequence[LeakRecord], *, strategy: s
     unexplained = sum(1 for record in records if record.retained_by is None)
     if unexplained and any(record.retained_by is not None for record in records):
         lines.append(
-            f"  ({unexplained} more not traced, to bound the time spent; -v or "
-            "--eagersession-max-leaks traces more)"
+            f"  ({unexplained} more not traced: --eagersession-max-leaks limits how many are)"
         )
     destroyed = [number for number, r in enumerate(records, start=1) if r.destroyed]
     if destroyed:

@@ -18,12 +18,11 @@ from pytest_eagersession.survivors import AllowFilter, AllowPredicate, check_all
 
 LEAK_MODES = ("fail", "warn", "off")
 RETENTION_MODES = ("report", "fail")
-DEFAULT_MAX_LEAKS = 3
-VERBOSE_MAX_LEAKS = 20
 DEFAULT_CHAIN_DEPTH = 10
 VERBOSE_CHAIN_DEPTH = 20
-DEFAULT_CHAIN_BUDGET_S = 0.5
-VERBOSE_CHAIN_BUDGET_S = 2.0
+#: A cap on the one search for the holders of a scope's leaks, not its usual cost (well under it).
+DEFAULT_CHAIN_BUDGET_S = 5.0
+VERBOSE_CHAIN_BUDGET_S = 20.0
 
 
 class SettingsError(ValueError):
@@ -67,7 +66,8 @@ class Settings:
     leaks: str = "fail"
     allow: tuple[str, ...] = ()
     track_creation: bool = False
-    max_leaks: int = DEFAULT_MAX_LEAKS
+    max_leaks: int | None = None
+    """Leaks traced to their holders per scope; None: all of them."""
     chain_depth: int = DEFAULT_CHAIN_DEPTH
     chain_budget_s: float = DEFAULT_CHAIN_BUDGET_S
     json_path: str | None = None
@@ -124,7 +124,7 @@ def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], *, verbosity: int = 
         else False,
         max_leaks=parse_count(max_leaks, "--eagersession-max-leaks / eagersession_max_leaks")
         if max_leaks is not None
-        else (VERBOSE_MAX_LEAKS if verbose else DEFAULT_MAX_LEAKS),
+        else None,
         chain_depth=VERBOSE_CHAIN_DEPTH if verbose else DEFAULT_CHAIN_DEPTH,
         chain_budget_s=parse_seconds(
             chain_budget, "--eagersession-chain-budget / eagersession_chain_budget"

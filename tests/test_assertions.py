@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import unittest
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -784,3 +785,17 @@ def test_bad_marker_limits_fail_only_their_test(pytester: pytest.Pytester) -> No
         ],
         consecutive=False,
     )
+
+
+def test_a_failed_check_keeps_nothing_alive_once_the_test_drops_it(eager_session) -> None:
+    # Explaining reads the test's locals; on Python 3.11 and 3.12 that leaves a snapshot of
+    # them on the frame, which kept the leak alive after ``del`` until this was fixed.
+    checkpoint = eager_session.checkpoint()
+    kept = tf.ones([4]) * 3.0
+    watch = weakref.ref(kept)
+    with pytest.raises(LeakAssertionError, match="-> local kept"):
+        eager_session.assert_no_leaks(since=checkpoint)
+    del kept
+    gc.collect()
+    assert watch() is None
+    eager_session.assert_no_leaks(since=checkpoint)

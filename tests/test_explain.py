@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import sys
+import threading
 import types
+import weakref
+from typing import ClassVar
 
 import pytest
 import tensorflow as tf
 from tensorflow.python.framework import ops
 
-from pytest_eagersession.explain import NO_HOLDER, explain, render_chain
+from pytest_eagersession.explain import NO_HOLDER, explain, explain_all, render_chain
 
 
 @pytest.fixture
@@ -56,7 +59,7 @@ def test_the_search_stops_at_its_budget(scratch_module) -> None:
     for level in range(12):
         holder = {f"level{level}": [holder]}
     scratch_module.NESTED = holder
-    explanation = explain(leaf, max_depth=40, budget_s=0.0)
+    explanation = explain(leaf, budget_s=0.0)
     assert explanation.timed_out
     assert explanation.text().startswith("no holder found within 0.0 s (the search stopped there")
 
@@ -126,3 +129,110 @@ def test_keras_state_that_user_code_filled_says_so() -> None:
         "['eagersession_test>Adder'].concat -> Function (registered by user code with "
         "keras.saving.register_keras_serializable: Keras keeps it for the rest of the run)"
     )
+
+
+def test_an_exception_kept_in_a_module_names_the_global_not_the_frame(scratch_module) -> None:
+    def load_batch() -> None:
+        batch = tf.ones((3,))
+        raise ValueError(f"bad batch of {batch.shape[0]}")
+
+    try:
+        load_batch()
+    except ValueError as error:
+        scratch_module.LAST = {"error": error}
+    frame = scratch_module.LAST["error"].__traceback__.tb_next.tb_frame
+    batch = frame.f_locals["batch"]
+    text = explain(batch).text()
+    del frame, batch
+    assert text.startswith(
+        "held by scratch_holder.LAST (dict) -> ['error'] (ValueError).__traceback__ -> "
+        "frame of load_batch ("
+    )
+    assert text.endswith(") -> local batch -> EagerTensor")
+
+
+def test_a_live_threads_local_is_a_root() -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    def worker(inbox: list[tf.Tensor]) -> None:
+        batch = inbox.pop()  # the thread's arguments no longer hold it: only this local does
+        started.set()
+        release.wait(10)
+        del batch
+
+    inbox = [tf.ones((2,))]
+    watch = weakref.ref(inbox[0])
+    thread = threading.Thread(target=worker, args=(inbox,), name="loader")
+    thread.start()
+    try:
+        assert started.wait(10)
+        target = watch()
+        assert target is not None
+        text = explain(target).text()
+        del target
+    finally:
+        release.set()
+        thread.join()
+    assert text.startswith("held by thread loader: frame of worker (")
+    assert text.endswith(") -> local batch -> EagerTensor")
+
+
+def test_the_test_frameworks_roots_come_after_modules_and_threads() -> None:
+    from pytest_eagersession.holders import Root
+
+    cleanups: list[object] = []
+    kept = tf.ones((2,))
+    cleanups.append(lambda: kept)
+    explanation = explain(
+        kept, framework=[Root("pytest config.add_cleanup", cleanups, "framework")]
+    )
+    # the test's own frame is running, but only a check's callers count as roots
+    assert explanation.text() == (
+        "held by pytest config.add_cleanup -> [0] (function) -> closure kept -> EagerTensor"
+    )
+    assert explanation.root == "framework"
+    assert not explanation.certain  # never destroyed: pytest may still call it
+
+
+def test_a_class_attribute_of_the_users_is_named_through_its_class(scratch_module) -> None:
+    class Registry:
+        items: ClassVar[dict[str, object]] = {}
+
+    Registry.__module__ = scratch_module.__name__
+    scratch_module.Registry = Registry
+    Registry.items["w"] = tf.ones((2,))
+    assert explain(Registry.items["w"]).text() == (
+        "held by scratch_holder.Registry.items (dict) -> ['w'] -> EagerTensor"
+    )
+
+
+def test_tensorflows_classes_are_walked_from_tensorflow_not_from_the_user(scratch_module) -> None:
+    # The user's module refers to TensorFlow's class; what the class keeps is TensorFlow's.
+    scratch_module.Operation = ops.Operation
+    ops.Operation._eagersession_test_hold = [tf.ones((2,))]
+    try:
+        explanation = explain(ops.Operation._eagersession_test_hold[0])
+    finally:
+        held = ops.Operation._eagersession_test_hold
+        del ops.Operation._eagersession_test_hold
+    del held
+    assert explanation.internal
+    assert explanation.text() == (
+        "held by TensorFlow internals: tensorflow.Operation._eagersession_test_hold (list) "
+        "-> [0] -> EagerTensor"
+    )
+
+
+def test_every_object_of_a_report_is_explained_in_one_walk(scratch_module) -> None:
+    tensors = [tf.constant([float(i)]) for i in range(40)]
+    scratch_module.DEEP = {"a": [{"b": tensors[:20]}]}
+    scratch_module.SHALLOW = tensors[20:]
+    explanations = explain_all(tensors)
+    texts = [explanation.text() for explanation in explanations]
+    assert texts[0] == (
+        "held by scratch_holder.DEEP (dict) -> ['a'] (list) -> [0] (dict) -> ['b'] (list) "
+        "-> [0] -> EagerTensor"
+    )
+    assert texts[39] == "held by scratch_holder.SHALLOW (list) -> [19] -> EagerTensor"
+    assert len({explanation.seconds for explanation in explanations}) == 1  # one search

@@ -458,8 +458,8 @@ def test_bad_settings_are_usage_errors(
 @pytest.mark.parametrize(
     ("args", "ini", "verbosity", "expected"),
     [
-        ([], None, 0, 0.5),
-        ([], None, 1, 2.0),
+        ([], None, 0, 5.0),
+        ([], None, 1, 20.0),
         (["--eagersession-chain-budget=3.5"], None, 0, 3.5),
         ([], "eagersession_chain_budget = 1.25", 0, 1.25),
         (["--eagersession-chain-budget=4"], "eagersession_chain_budget = 1.25", 1, 4.0),

@@ -28,7 +28,7 @@ def main():
     print(f"its kernel's resource handle alive: {handle() is not None}")
     if handle() is not None:
         assert isinstance(handle(), tf.Tensor)
-        print(explain(handle(), max_depth=30, budget_s=30.0).text())
+        print(explain(handle(), budget_s=30.0).text())
 
 
 if __name__ == "__main__":
