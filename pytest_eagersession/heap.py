@@ -8,9 +8,11 @@ that chance at every iteration.
 
 So the listing here is made, filtered and emptied inside one call into C (``list()`` consuming
 a chain of C iterators): the interpreter only switches threads between bytecodes, and none runs
-until the call returns what the filter kept. The filter is ``type.__instancecheck__``, the C
-subclass test, never a Python-level ``__instancecheck__``. The collector is paused for the call,
-so that no collection (and none of its Python callbacks) can start inside it.
+until the call returns what the filter kept. The filter is ``type.__subclasscheck__``, the C
+subclass test, applied to each object's type: never a Python-level ``__instancecheck__``, and
+never a question to the object (``isinstance`` asks a non-instance for its ``__class__``, which
+may be a property: Python code, in the middle of the call). The collector is paused for the
+call, so that no collection (and none of its Python callbacks) can start inside it.
 
 Only the objects of the given classes come back; the caller may hold those.
 """
@@ -36,14 +38,16 @@ def instances(classes: Sequence[type], generations: Sequence[int]) -> list[objec
     """
     if not classes or not generations:
         return []
-    # A stream of heap listings, one per generation; each is read once per class, then emptied.
-    listings = itertools.tee(map(_GET_OBJECTS, generations), len(classes) + 1)
+    # A stream of heap listings, one per generation: two reads per class (the objects, and
+    # their types for the test), then one that empties each listing.
+    listings = itertools.tee(map(_GET_OBJECTS, generations), 2 * len(classes) + 1)
     selected = [
-        itertools.chain.from_iterable(map(partial(filter, _instance_test(cls)), listing))
-        for cls, listing in zip(classes, listings[:-1], strict=True)
+        itertools.compress(
+            itertools.chain.from_iterable(objects),
+            map(_subclass_test(cls), map(type, itertools.chain.from_iterable(kinds))),
+        )
+        for cls, objects, kinds in zip(classes, listings[0:-1:2], listings[1:-1:2], strict=True)
     ]
-    # list.clear returns None: the emptying adds nothing to the result, but drops the listing's
-    # references before the C call returns (tee keeps its last items buffered).
     emptied: filter[None] = filter(None, map(list.clear, listings[-1]))
     pipeline = itertools.chain(*selected, emptied)
     paused = gc.isenabled()
@@ -56,9 +60,13 @@ def instances(classes: Sequence[type], generations: Sequence[int]) -> list[objec
             gc.enable()
 
 
-def _instance_test(cls: type) -> partial[bool]:
-    """``isinstance(obj, cls)`` by the MRO alone, in C (no metaclass hook runs)."""
-    return partial(type.__instancecheck__, cls)
+def _subclass_test(cls: type) -> partial[bool]:
+    """``issubclass(kind, cls)`` by the MRO alone, in C.
+
+    Applied to an object's type, never to the object: ``isinstance`` would ask an object that
+    is not an instance for its ``__class__``, which runs Python code (a mock's property).
+    """
+    return partial(type.__subclasscheck__, cls)
 
 
 def referents(objects: Sequence[object]) -> list[object]:

@@ -182,3 +182,28 @@ def test_the_cleaner_thread_never_lists_the_heap(monkeypatch: pytest.MonkeyPatch
         f"({cycles} garbage cycles made; gc.get_objects/get_referrers called from "
         f"{sorted(set(from_cleaners))})"
     )
+
+
+def test_the_heap_listing_never_asks_an_object_for_its_class() -> None:
+    # isinstance() asks a non-instance for __class__: Python code, which could let another
+    # thread run while the listing holds the heap.
+    from pytest_eagersession import heap
+
+    class Wanted:
+        pass
+
+    asked = []
+
+    class Pretender:
+        @property  # type: ignore[misc]
+        def __class__(self) -> type:
+            asked.append(self)
+            return Wanted
+
+    wanted, pretender = Wanted(), Pretender()
+    assert isinstance(pretender, Wanted)  # what the listing must not do
+    asked.clear()
+    found = heap.instances([Wanted], (0, 1, 2))
+    assert any(obj is wanted for obj in found)
+    assert not any(obj is pretender for obj in found)
+    assert asked == []
