@@ -7,6 +7,7 @@ The chains come from one forward walk from the roots for all the objects of a re
 
 from __future__ import annotations
 
+import sys
 import time
 import types
 import weakref
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_eagersession.heap import instances
 from pytest_eagersession.holders import (
     Root,
     frame_name,
@@ -68,6 +70,8 @@ class Explanation:
     """What the chain starts at: ``"module"`` or ``"frame"`` (a running frame's locals)."""
     cause: str | None = None
     """For TensorFlow's state that keeps what user code put there: how it got there."""
+    native: str | None = None
+    """With no Python holder: the native holder that likely keeps it, and who holds that."""
 
     @property
     def certain(self) -> bool:
@@ -79,6 +83,8 @@ class Explanation:
         if self.chain is None and self.timed_out:
             advice = f"; {self.more_time}" if self.more_time else ""
             return f"no holder found within {self.seconds:.1f} s (the search stopped there{advice})"
+        if self.chain is None and self.native is not None:
+            return f"no Python holder; likely kept from native code by {self.native}"
         if self.chain is None:
             return NO_HOLDER
         if self.cause is not None:
@@ -127,16 +133,22 @@ def explain_all(
         list(framework),
         [root for root in modules if root.internal],
     ]
-    found = walk(objects, tiers, deadline=started + budget_s)
+    tapes = persistent_tapes()
+    found = walk([*objects, *tapes], tiers, deadline=started + budget_s)
     try:
         seconds = time.perf_counter() - started
+        native = _native_holder(tapes, found.chains)
         explanations = []
         for obj in objects:
             hit = found.chains.get(id(obj))
             if hit is None:
                 explanations.append(
                     Explanation(
-                        None, seconds=seconds, timed_out=found.timed_out, more_time=more_time
+                        None,
+                        seconds=seconds,
+                        timed_out=found.timed_out,
+                        more_time=more_time,
+                        native=None if found.timed_out else native,
                     )
                 )
                 continue
@@ -155,6 +167,38 @@ def explain_all(
         return explanations
     finally:
         found.close()
+        tapes.clear()
+
+
+def persistent_tapes() -> list[Any]:
+    """The live persistent ``tf.GradientTape``s that recorded something.
+
+    Such a tape keeps every tensor it recorded from C++, where no walk can follow: the usual
+    native holder of a tensor that nothing in Python holds.
+    """
+    backprop = sys.modules.get("tensorflow.python.eager.backprop")
+    tape_class = getattr(backprop, "GradientTape", None)
+    if not isinstance(tape_class, type):
+        return []
+    return [
+        tape
+        for tape in instances([tape_class], (0, 1, 2))
+        if getattr(tape, "_persistent", False) and getattr(tape, "_tape", None) is not None
+    ]
+
+
+def _native_holder(tapes: Sequence[Any], chains: dict[int, tuple[Root, list[Any]]]) -> str | None:
+    """``the persistent GradientTape held by ...`` for the first tape the walk reached."""
+    for tape in tapes:
+        hit = chains.get(id(tape))
+        if hit is not None:
+            root, chain = hit
+            more = f" (and {len(tapes) - 1} more)" if len(tapes) > 1 else ""
+            return (
+                f"the persistent GradientTape held by {render_chain(chain, root_name=root.name)}"
+                f"{more}: such a tape keeps every tensor it recorded until it is dropped"
+            )
+    return None
 
 
 def _cause(chain: str) -> str | None:

@@ -236,3 +236,25 @@ def test_every_object_of_a_report_is_explained_in_one_walk(scratch_module) -> No
     )
     assert texts[39] == "held by scratch_holder.SHALLOW (list) -> [19] -> EagerTensor"
     assert len({explanation.seconds for explanation in explanations}) == 1  # one search
+
+
+def test_a_tensor_only_a_persistent_tape_keeps_names_the_tape(scratch_module) -> None:
+    x = tf.ones((3, 3))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        hidden = tf.tanh(x)
+    scratch_module.TAPE = tape
+    watch = weakref.ref(hidden)
+    del tape, hidden
+    try:
+        hidden = watch()
+        assert hidden is not None  # only the tape keeps it, from C++
+        text = explain(hidden).text()
+        del hidden
+    finally:
+        del scratch_module.TAPE
+    assert text == (
+        "no Python holder; likely kept from native code by the persistent GradientTape held by "
+        "scratch_holder.TAPE -> GradientTape: such a tape keeps every tensor it recorded until "
+        "it is dropped"
+    )
