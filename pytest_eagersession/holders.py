@@ -35,8 +35,8 @@ TENSORFLOW_MODULES = ("tensorflow", "keras", "tf_keras", "tensorboard")
 #: Frames of threads running code under these directories are never roots (our own threads).
 _PACKAGE_DIR = __file__.rsplit("/", 1)[0] + "/"
 
-#: Python 3.11 and 3.12 read a running frame's locals into a dict that the frame keeps.
-_LOCALS_SNAPSHOT = (3, 11) <= sys.version_info < (3, 13)
+#: Before 3.13, reading a running frame's locals copies them into a dict that the frame keeps.
+_LOCALS_SNAPSHOT = sys.version_info < (3, 13)
 
 _FRAME = types.FrameType
 _CO_OPTIMIZED = 0x1  # a function's frame: its f_locals is a snapshot, not a namespace

@@ -788,7 +788,7 @@ def test_bad_marker_limits_fail_only_their_test(pytester: pytest.Pytester) -> No
 
 
 def test_a_failed_check_keeps_nothing_alive_once_the_test_drops_it(eager_session) -> None:
-    # Explaining reads the test's locals; on Python 3.11 and 3.12 that leaves a snapshot of
+    # Explaining reads the test's locals; before Python 3.13 that leaves a snapshot of
     # them on the frame, which kept the leak alive after ``del`` until this was fixed.
     checkpoint = eager_session.checkpoint()
     kept = tf.ones([4]) * 3.0
