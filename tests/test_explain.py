@@ -262,3 +262,32 @@ def test_a_tensor_only_a_persistent_tape_keeps_names_the_tape(scratch_module) ->
         "scratch_holder.TAPE -> GradientTape: such a tape keeps every tensor it recorded until "
         "it is dropped"
     )
+
+
+def test_a_weak_key_dictionarys_value_is_named_by_its_key(scratch_module) -> None:
+    class Key:
+        pass
+
+    key = Key()
+    scratch_module.KEY = key
+    scratch_module.CACHE = weakref.WeakKeyDictionary({key: tf.ones((2,))})
+    assert explain(scratch_module.CACHE[key]).text() == (
+        "held by scratch_holder.CACHE (WeakKeyDictionary).data (dict) -> [weakref to Key] "
+        "-> EagerTensor"
+    )
+
+
+def test_a_bound_method_leads_to_its_instance(scratch_module) -> None:
+    class Trainer:
+        def __init__(self) -> None:
+            self.weights = tf.ones((2,))
+
+        def step(self) -> None:
+            pass
+
+    scratch_module.CALLBACKS = [Trainer().step]
+    weights = scratch_module.CALLBACKS[0].__self__.weights
+    assert explain(weights).text() == (
+        "held by scratch_holder.CALLBACKS (list) -> [0] (method) -> __self__ (Trainer).weights "
+        "-> EagerTensor"
+    )
