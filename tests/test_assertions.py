@@ -131,8 +131,7 @@ def test_an_iterator_kept_per_call_fails() -> None:
     assert "-> local parked (dict) -> [2] -> OwnedIterator" in str(failure.value)
     # one iterator per run; a run under xdist on 3.10 once also listed a second object
     assert all(
-        [record.kind for record in run.records].count("iterator") == 1
-        for run in failure.value.runs
+        [record.kind for record in run.records].count("iterator") == 1 for run in failure.value.runs
     )
 
 
