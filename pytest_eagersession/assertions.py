@@ -35,7 +35,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from pytest_eagersession import _tf
-from pytest_eagersession.explain import Explanation, explain_all
+from pytest_eagersession.explain import DEFAULT_BUDGET_S, Explanation, explain_all
+from pytest_eagersession.holders import PACKAGE_DIR
 from pytest_eagersession.kinds import (
     TENSOR,
     VARIABLE,
@@ -61,15 +62,11 @@ LimitT = TypeVar("LimitT")
 DEFAULT_WARMUP = 2
 #: Measured runs of ``assert_no_growth``; a cache keeping the last k results passes if k < runs-1.
 DEFAULT_RUNS = 5
-#: Seconds the search for the holders of one report's objects may take.
-DEFAULT_CHAIN_BUDGET_S = 5.0
 #: Objects listed per run in a growth report, and largest objects listed at a memory peak.
 LISTED_PER_RUN = 5
 LARGEST_AT_PEAK = 5
 #: Signatures listed per function in a retracing report.
 LISTED_SIGNATURES = 10
-
-_PACKAGE_DIR = __file__.rsplit("/", 1)[0] + "/"
 
 
 # ----------------------------------------------------------------- errors
@@ -192,7 +189,7 @@ def _leaks_since(
 # ----------------------------------------------------------------- who holds it
 
 
-def explain_here(obj: object, *, budget_s: float = DEFAULT_CHAIN_BUDGET_S) -> str:
+def explain_here(obj: object, *, budget_s: float = DEFAULT_BUDGET_S) -> str:
     """Who holds ``obj``, as a report's line; the locals of the checking code's callers count.
 
     The plugin's teardown leaves every frame of its own thread out: the test has returned. A
@@ -203,7 +200,7 @@ def explain_here(obj: object, *, budget_s: float = DEFAULT_CHAIN_BUDGET_S) -> st
 
 
 def _explain_here(
-    objects: Sequence[object], *, budget_s: float = DEFAULT_CHAIN_BUDGET_S
+    objects: Sequence[object], *, budget_s: float = DEFAULT_BUDGET_S
 ) -> list[Explanation]:
     stack = _callers()
     try:
@@ -221,7 +218,7 @@ def _callers() -> list[types.FrameType]:
         while frame is not None:
             filename = frame.f_code.co_filename
             ours = ours and (
-                filename.startswith(_PACKAGE_DIR) or filename.endswith("/contextlib.py")
+                filename.startswith(PACKAGE_DIR) or filename.endswith("/contextlib.py")
             )
             if not ours:
                 frames.append(frame)

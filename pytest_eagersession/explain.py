@@ -45,6 +45,9 @@ FILLED_BY_USER_CODE = (
     ),
 )
 
+#: Seconds the one walk for a report's holders may take, unless told otherwise.
+DEFAULT_BUDGET_S = 5.0
+
 NO_HOLDER = (
     "no Python holder: nothing reachable from a module, a running frame or the test framework "
     "refers to it (it is kept alive from native code, such as a C++ resource or a persistent "
@@ -67,7 +70,8 @@ class Explanation:
     more_time: str | None = "-v searches longer"
     """How to give the search more time, said when it ran out."""
     root: str | None = None
-    """What the chain starts at: ``"module"`` or ``"frame"`` (a running frame's locals)."""
+    """What the chain starts at: ``"module"``, ``"frame"`` (a running frame's locals) or
+    ``"framework"`` (the test framework's state)."""
     cause: str | None = None
     """For TensorFlow's state that keeps what user code put there: how it got there."""
     native: str | None = None
@@ -97,7 +101,7 @@ class Explanation:
 def explain(
     obj: object,
     *,
-    budget_s: float = 5.0,
+    budget_s: float = DEFAULT_BUDGET_S,
     stack: Sequence[types.FrameType] = (),
     framework: Sequence[Root] = (),
     more_time: str | None = "-v searches longer",
@@ -111,7 +115,7 @@ def explain(
 def explain_all(
     objects: Sequence[object],
     *,
-    budget_s: float = 5.0,
+    budget_s: float = DEFAULT_BUDGET_S,
     stack: Sequence[types.FrameType] = (),
     framework: Sequence[Root] = (),
     more_time: str | None = "-v searches longer",

@@ -48,6 +48,8 @@ def instances(classes: Sequence[type], generations: Sequence[int]) -> list[objec
         )
         for cls, objects, kinds in zip(classes, listings[0:-1:2], listings[1:-1:2], strict=True)
     ]
+    # list.clear returns None: the emptying adds nothing to the result, but drops the listing's
+    # references before the C call returns (tee keeps its last items buffered).
     emptied: filter[None] = filter(None, map(list.clear, listings[-1]))
     pipeline = itertools.chain(*selected, emptied)
     paused = gc.isenabled()

@@ -32,8 +32,8 @@ from typing import Any
 #: Module name prefixes whose state belongs to TensorFlow and Keras.
 TENSORFLOW_MODULES = ("tensorflow", "keras", "tf_keras", "tensorboard")
 
-#: Frames of threads running code under these directories are never roots (our own threads).
-_PACKAGE_DIR = __file__.rsplit("/", 1)[0] + "/"
+#: This package's folder: threads running code under it are ours, never roots.
+PACKAGE_DIR = __file__.rsplit("/", 1)[0] + "/"
 
 #: Before 3.13, reading a running frame's locals copies them into a dict that the frame keeps.
 _LOCALS_SNAPSHOT = sys.version_info < (3, 13)
@@ -68,8 +68,6 @@ class Walk:
     """``root object, ..., wanted object`` by the wanted object's id."""
     timed_out: bool
     """The deadline stopped the walk before every wanted object was found or ruled out."""
-    visited: int
-    """How many objects the walk reached."""
     read_locals: list[types.FrameType] = field(default_factory=list)
     """Running frames whose locals the walk read."""
 
@@ -85,12 +83,12 @@ class Walk:
         self.read_locals.clear()
 
 
-def module_roots(exclude: Sequence[str] = ()) -> list[Root]:
+def module_roots() -> list[Root]:
     """Every imported module, the user's first, then installed ones, TensorFlow's last."""
     installed = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
     ranked = []
     for name, module in list(sys.modules.items()):
-        if not isinstance(module, types.ModuleType) or name.startswith(tuple(exclude)):
+        if not isinstance(module, types.ModuleType):
             continue
         top = name.split(".")[0]
         internal = top in TENSORFLOW_MODULES
@@ -101,25 +99,22 @@ def module_roots(exclude: Sequence[str] = ()) -> list[Root]:
     return [Root(name, module, "module", internal) for _, name, module, internal in ranked]
 
 
-def thread_roots(skip: Sequence[types.FrameType] = ()) -> list[Root]:
+def thread_roots() -> list[Root]:
     """The running frames of the other threads (not ours, not the calling thread's)."""
     import threading
 
     names = {thread.ident: thread.name for thread in threading.enumerate()}
     current = threading.get_ident()
-    skipped = {id(frame) for frame in skip}
     roots: list[Root] = []
     for ident, top in sys._current_frames().items():
         if ident == current:
             continue
         frames = list(_stack(top))
-        if any(frame.f_code.co_filename.startswith(_PACKAGE_DIR) for frame in frames):
+        if any(frame.f_code.co_filename.startswith(PACKAGE_DIR) for frame in frames):
             continue  # one of our own threads: its locals are our bookkeeping
         name = names.get(ident, f"thread {ident}")
         roots.extend(
-            Root(f"thread {name}: {frame_name(frame)}", frame, "frame")
-            for frame in frames
-            if id(frame) not in skipped
+            Root(f"thread {name}: {frame_name(frame)}", frame, "frame") for frame in frames
         )
     return roots
 
@@ -150,14 +145,12 @@ def walk(
     show them); the result's ``close()`` drops any snapshot that reading leaves on a frame.
     """
     walker = _Walker({id(obj) for obj in wanted}, running_frames())
-    # Modules' namespaces are met as roots only: never through a function's globals.
+    # The root modules' namespaces are met as roots only: never through a function's globals.
     namespaces = (
-        vars(module)
-        for module in list(sys.modules.values())
-        if isinstance(module, types.ModuleType)
+        vars(root.obj) for tier in tiers for root in tier if isinstance(root.obj, types.ModuleType)
     )
     walker.seen.update(dict.fromkeys(map(id, namespaces), -1))
-    found = Walk(walker.chains, False, 0, walker.read_locals)
+    found = Walk(walker.chains, False, walker.read_locals)
     # The walk makes a list per object it meets; left on, the collector would run full
     # collections of the heap it is walking, several times per walk.
     collecting = gc.isenabled()
@@ -173,7 +166,7 @@ def walk(
     finally:
         if collecting:
             gc.enable()
-    found.timed_out, found.visited = walker.timed_out, len(walker.seen)
+    found.timed_out = walker.timed_out
     walker.seen.clear()
     return found
 

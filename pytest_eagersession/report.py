@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pytest_eagersession.explain import Explanation, explain_all
+from pytest_eagersession.explain import DEFAULT_BUDGET_S, Explanation, explain_all
 from pytest_eagersession.holders import Root
 from pytest_eagersession.kinds import format_bytes
 from pytest_eagersession.survivors import Survivor, destroy_resources
@@ -60,7 +60,7 @@ def build_records(
     *,
     explain_limit: int | None,
     chain_depth: int,
-    chain_budget_s: float = 5.0,
+    chain_budget_s: float = DEFAULT_BUDGET_S,
     graphs_dir: str | None = None,
     graph_prefix: str = "leak",
     graph_errors: list[str] | None = None,

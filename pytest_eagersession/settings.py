@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_eagersession.assertions import parse_size
+from pytest_eagersession.explain import DEFAULT_BUDGET_S
 from pytest_eagersession.strategies import ResourceCleanupStrategy
 from pytest_eagersession.survivors import AllowFilter, AllowPredicate, check_allow_filter
 
@@ -20,8 +21,7 @@ LEAK_MODES = ("fail", "warn", "off")
 RETENTION_MODES = ("report", "fail")
 DEFAULT_CHAIN_DEPTH = 10
 VERBOSE_CHAIN_DEPTH = 20
-#: A cap on the one search for the holders of a scope's leaks, not its usual cost (well under it).
-DEFAULT_CHAIN_BUDGET_S = 5.0
+#: The cap on the one search for the holders of a scope's leaks with -v (explain's otherwise).
 VERBOSE_CHAIN_BUDGET_S = 20.0
 
 
@@ -69,7 +69,7 @@ class Settings:
     max_leaks: int | None = None
     """Leaks traced to their holders per scope; None: all of them."""
     chain_depth: int = DEFAULT_CHAIN_DEPTH
-    chain_budget_s: float = DEFAULT_CHAIN_BUDGET_S
+    chain_budget_s: float = DEFAULT_BUDGET_S
     json_path: str | None = None
     graphs_dir: str | None = None
     retention: str = "report"
@@ -130,7 +130,7 @@ def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], *, verbosity: int = 
             chain_budget, "--eagersession-chain-budget / eagersession_chain_budget"
         )
         if chain_budget is not None
-        else (VERBOSE_CHAIN_BUDGET_S if verbose else DEFAULT_CHAIN_BUDGET_S),
+        else (VERBOSE_CHAIN_BUDGET_S if verbose else DEFAULT_BUDGET_S),
         json_path=_path(pick("json"), "--eagersession-json", "a file path"),
         graphs_dir=_path(pick("graphs"), "--eagersession-graphs", "a folder path"),
         retention=parse_retention(retention, "--eagersession-retention / eagersession_retention")
