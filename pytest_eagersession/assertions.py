@@ -22,8 +22,6 @@ import dataclasses
 import functools
 import gc
 import heapq
-import math
-import re
 import sys
 import threading
 import types
@@ -42,11 +40,11 @@ from pytest_eagersession.kinds import (
     VARIABLE,
     Description,
     describe,
-    format_bytes,
     tensor_nbytes,
     tensorflow_ready,
 )
 from pytest_eagersession.report import LeakRecord, build_records, render
+from pytest_eagersession.sizes import format_bytes, parse_size
 from pytest_eagersession.survivors import AllowFilter, Survivor, check_allow_filter, op_callback
 from pytest_eagersession.tracking import TRACKER, user_code_location
 
@@ -840,42 +838,6 @@ def _check_limit(limit: object) -> int:
 
 
 # ----------------------------------------------------------------- memory
-
-_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*")
-_UNITS = {
-    "b": 1,
-    "kb": 1000,
-    "kib": 1024,
-    "mb": 1000**2,
-    "mib": 1024**2,
-    "gb": 1000**3,
-    "gib": 1024**3,
-}
-UNITS_TEXT = "B, KB, KiB, MB, MiB, GB, GiB"
-
-
-def parse_size(value: object) -> int:
-    """Bytes from ``64 MiB``, ``1.5GB``, ``512 KiB``, ``100`` or an int (units any case).
-
-    KB, MB, GB are powers of 1000, KiB, MiB, GiB of 1024. Raises ``ValueError`` naming the
-    accepted units for anything else.
-    """
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value < 0:
-            raise ValueError(f"a size cannot be negative, got {value!r}")
-        return value
-    if isinstance(value, str):
-        match = _SIZE.fullmatch(value)
-        if match is not None:
-            number, unit = match.groups()
-            factor = _UNITS.get(unit.lower() if unit else "b")
-            size = float(number) * factor if factor is not None else math.inf
-            if math.isfinite(size):
-                return round(size)
-    raise ValueError(
-        f"{value!r} is not a size: write a number of bytes or a number and a unit "
-        f"({UNITS_TEXT}), like '64 MiB'"
-    )
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from functools import partial
 from typing import Any
 
 from pytest_eagersession import heap
+from pytest_eagersession.sizes import format_bytes
 
 TENSOR = "tensor"
 RESOURCE_HANDLE = "resource handle"
@@ -201,16 +202,6 @@ def _short_variable_name(name: str) -> str:
 def short_device(device: str) -> str:
     """``/job:localhost/replica:0/task:0/device:CPU:0`` becomes ``CPU:0``."""
     return device.rsplit("device:", 1)[-1] if device else device
-
-
-def format_bytes(count: int) -> str:
-    """``4194304`` becomes ``4.0 MiB``."""
-    size = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
 
 
 def tensor_nbytes(obj: Any) -> int:

@@ -19,7 +19,7 @@ import pytest
 
 from pytest_eagersession.assertions import EagerChecks
 from pytest_eagersession.holders import Root
-from pytest_eagersession.kinds import format_bytes, tensorflow_ready
+from pytest_eagersession.kinds import tensorflow_ready
 from pytest_eagersession.report import LeakRecord, build_records, render, write_json
 from pytest_eagersession.session import EagerSession
 from pytest_eagersession.settings import (
@@ -30,6 +30,7 @@ from pytest_eagersession.settings import (
     policy_for,
     resolve,
 )
+from pytest_eagersession.sizes import format_bytes
 from pytest_eagersession.support_range import python_warning, tensorflow_warning
 
 #: The type of every ``*eager_session`` fixture, for annotations.

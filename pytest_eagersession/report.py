@@ -11,7 +11,7 @@ from typing import Any
 
 from pytest_eagersession.explain import DEFAULT_BUDGET_S, Explanation, explain_all
 from pytest_eagersession.holders import Root
-from pytest_eagersession.kinds import format_bytes
+from pytest_eagersession.sizes import format_bytes
 from pytest_eagersession.survivors import Survivor, destroy_resources
 
 # Objects a user holds by name come first; tensors, which they often hold through them, last.

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_eagersession.assertions import parse_size
 from pytest_eagersession.explain import DEFAULT_BUDGET_S
+from pytest_eagersession.sizes import parse_size
 from pytest_eagersession.strategies import ResourceCleanupStrategy
 from pytest_eagersession.survivors import AllowFilter, AllowPredicate, check_allow_filter
 
