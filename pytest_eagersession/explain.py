@@ -7,7 +7,6 @@ The chains come from one forward walk from the roots for all the objects of a re
 
 from __future__ import annotations
 
-import sys
 import time
 import types
 import weakref
@@ -15,6 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_eagersession._tf.state import (
+    KERAS_CUSTOM_OBJECT_REGISTRIES,
+    RANDOM_GENERATOR_GLOBALS,
+    gradient_tape_class,
+    is_recording_persistent,
+)
 from pytest_eagersession.heap import instances
 from pytest_eagersession.holders import (
     Root,
@@ -28,18 +33,12 @@ from pytest_eagersession.holders import (
 #: such a chain is TensorFlow's, but the cause is the code that filled it.
 FILLED_BY_USER_CODE = (
     (
-        (
-            "keras.src.saving.object_registration.GLOBAL_CUSTOM_OBJECTS",
-            "keras.src.saving.object_registration.GLOBAL_CUSTOM_NAMES",
-        ),
+        KERAS_CUSTOM_OBJECT_REGISTRIES,
         "registered by user code with keras.saving.register_keras_serializable: "
         "Keras keeps it for the rest of the run",
     ),
     (
-        (
-            "tensorflow.python.ops.stateful_random_ops.global_generator",
-            "tensorflow.python.ops.stateful_random_ops._global_generator",
-        ),
+        RANDOM_GENERATOR_GLOBALS,
         "installed by user code with tf.random.set_global_generator: "
         "TensorFlow keeps it for the rest of the run",
     ),
@@ -180,15 +179,10 @@ def persistent_tapes() -> list[Any]:
     Such a tape keeps every tensor it recorded from C++, where no walk can follow: the usual
     native holder of a tensor that nothing in Python holds.
     """
-    backprop = sys.modules.get("tensorflow.python.eager.backprop")
-    tape_class = getattr(backprop, "GradientTape", None)
-    if not isinstance(tape_class, type):
+    tape_class = gradient_tape_class()
+    if tape_class is None:
         return []
-    return [
-        tape
-        for tape in instances([tape_class], (0, 1, 2))
-        if getattr(tape, "_persistent", False) and getattr(tape, "_tape", None) is not None
-    ]
+    return [tape for tape in instances([tape_class], (0, 1, 2)) if is_recording_persistent(tape)]
 
 
 def _native_holder(tapes: Sequence[Any], chains: dict[int, tuple[Root, list[Any]]]) -> str | None:

@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any
 
 from pytest_eagersession import heap
+from pytest_eagersession.kinds import RESOURCE_HANDLE, TENSOR
 from pytest_eagersession.session import EagerSession
 from pytest_eagersession.survivors import Survivor
 
@@ -71,7 +72,7 @@ def adopt_held(
         for survivor in remaining:
             obj: Any = survivor.ref() if survivor.ref is not None else None
             if obj is not None and id(obj) in reached:
-                session._ownership.add(obj, _kind_of(survivor))
+                session.ownership.add(obj, _kind_of(survivor))
             else:
                 kept.append(survivor)
             del obj
@@ -81,4 +82,4 @@ def adopt_held(
 
 def _kind_of(survivor: Survivor) -> str:
     kind = survivor.kind
-    return "tensor" if kind == "resource handle" else kind
+    return TENSOR if kind == RESOURCE_HANDLE else kind

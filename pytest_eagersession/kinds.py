@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -10,21 +9,38 @@ from functools import partial
 from typing import Any
 
 from pytest_eagersession import heap
+from pytest_eagersession._tf import is_ready as tensorflow_ready
+from pytest_eagersession._tf.classes import (
+    FUNCTION,
+    ITERATOR,
+    RESOURCE,
+    RESOURCE_HANDLE,
+    TABLE,
+    TENSOR,
+    VARIABLE,
+    kind_bases,
+    owned_handle,
+    search_roots,
+    tensor_nbytes,
+)
 from pytest_eagersession.sizes import format_bytes
 
-TENSOR = "tensor"
-RESOURCE_HANDLE = "resource handle"
-VARIABLE = "variable"
-ITERATOR = "iterator"
-TABLE = "table"
-RESOURCE = "resource"
-FUNCTION = "function"
-
-
-def tensorflow_ready() -> bool:
-    """Whether TensorFlow is fully imported (never import it, never look at it half-imported)."""
-    module = sys.modules.get("tensorflow")
-    return module is not None and hasattr(module, "Variable") and hasattr(module, "__version__")
+__all__ = [
+    "FUNCTION",
+    "ITERATOR",
+    "RESOURCE",
+    "RESOURCE_HANDLE",
+    "TABLE",
+    "TENSOR",
+    "VARIABLE",
+    "Classifier",
+    "Description",
+    "describe",
+    "owned_handle",
+    "short_device",
+    "tensor_nbytes",
+    "tensorflow_ready",
+]
 
 
 class Classifier:
@@ -65,33 +81,13 @@ class Classifier:
         return found
 
     def _search_roots(self) -> tuple[type, ...]:
-        """Classes every resource is an instance of: eager tensors and trackable objects."""
         if self._roots is None:
-            from tensorflow.python.framework.ops import EagerTensor
-            from tensorflow.python.trackable.base import Trackable
-
-            self._roots = (EagerTensor, Trackable)
+            self._roots = search_roots()
         return self._roots
 
     def _tf_bases(self) -> list[tuple[type, str]]:
         if self._bases is None:
-            from tensorflow.python.data.ops.iterator_ops import OwnedIterator
-            from tensorflow.python.eager.polymorphic_function.polymorphic_function import (
-                Function,
-            )
-            from tensorflow.python.framework.ops import EagerTensor
-            from tensorflow.python.ops.lookup_ops import LookupInterface
-            from tensorflow.python.ops.variables import Variable
-            from tensorflow.python.trackable.resource import CapturableResource
-
-            self._bases = [
-                (EagerTensor, TENSOR),
-                (Variable, VARIABLE),
-                (OwnedIterator, ITERATOR),
-                (LookupInterface, TABLE),
-                (CapturableResource, RESOURCE),
-                (Function, FUNCTION),
-            ]
+            self._bases = kind_bases()
         return self._bases
 
 
@@ -165,22 +161,6 @@ def _describe(obj: Any, kind: str, type_name: str) -> Description:
     return Description(kind, type_name, device=getattr(handle, "device", None))
 
 
-def owned_handle(obj: Any, kind: str) -> Any:
-    """The resource-handle tensor an object owns (a variable's ``handle``), or None."""
-    attribute = {
-        VARIABLE: "handle",
-        ITERATOR: "_iterator_resource",
-        TABLE: "_resource_handle",
-        RESOURCE: "_resource_handle",
-    }.get(kind)
-    if attribute is None:
-        return None
-    try:
-        return getattr(obj, attribute, None)
-    except Exception:
-        return None
-
-
 def _shape_text(shape: Any) -> str:
     dims = shape.as_list() if shape.rank is not None else None
     if dims is None:
@@ -202,11 +182,3 @@ def _short_variable_name(name: str) -> str:
 def short_device(device: str) -> str:
     """``/job:localhost/replica:0/task:0/device:CPU:0`` becomes ``CPU:0``."""
     return device.rsplit("device:", 1)[-1] if device else device
-
-
-def tensor_nbytes(obj: Any) -> int:
-    """Bytes of an EagerTensor's buffer, 0 when unknown; cheap enough for the hot path."""
-    try:
-        return int(obj._num_elements()) * int(obj.dtype.size)
-    except Exception:
-        return 0

@@ -15,16 +15,36 @@ import operator
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from pytest_eagersession import _tf
+from pytest_eagersession._tf import opdefs
 from pytest_eagersession.errors import SessionClosedError
-from pytest_eagersession.references import NativeReference
-
-if TYPE_CHECKING:
-    from pytest_eagersession.session import EagerSession
+from pytest_eagersession.references import NativeReference, ReferenceRegistry
 
 _TENSOR_ATTR_TYPES = frozenset({"tensor", "list(tensor)"})
+
+
+class OperationSession(Protocol):
+    """What operations and their builder need of a session (``EagerSession`` is one)."""
+
+    @property
+    def closed(self) -> bool:
+        """Whether the session is closed."""
+        ...
+
+    @property
+    def references(self) -> ReferenceRegistry:
+        """The registry an operation's outputs join."""
+        ...
+
+    def check_open(self) -> None:
+        """Raise ``SessionClosedError`` once the session is closed."""
+        ...
+
+    def execution_scope(self) -> contextlib.AbstractContextManager[None]:
+        """Apply the session's execution mode and device policy to the ops run inside."""
+        ...
 
 
 class Output:
@@ -76,7 +96,7 @@ class _OutputsReference(NativeReference):
     """Holds an operation's output tensors; ``delete()`` drops them."""
 
     def __init__(
-        self, session: EagerSession, operation: EagerOperation, tensors: list[Any]
+        self, session: OperationSession, operation: EagerOperation, tensors: list[Any]
     ) -> None:
         self.tensors: list[Any] | None = tensors
         super().__init__(session, operation)
@@ -99,7 +119,7 @@ class EagerOperation:
 
     def __init__(
         self,
-        session: EagerSession,
+        session: OperationSession,
         op_type: str,
         name: str,
         tensors: list[Any],
@@ -200,7 +220,7 @@ class EagerOperationBuilder:
     from the inputs (``T``, ``N``, ...) may be left out; when given, inputs are converted to them.
     """
 
-    def __init__(self, session: EagerSession, op_type: str, name: str | None = None) -> None:
+    def __init__(self, session: OperationSession, op_type: str, name: str | None = None) -> None:
         if not isinstance(op_type, str):
             raise TypeError(f"op_type must be a str, not {type(op_type).__name__}")
         if name is not None and not isinstance(name, str):
@@ -277,7 +297,7 @@ class EagerOperationBuilder:
         try:
             bound, input_lengths = self._bind_inputs(tf)
             attrs = self._apply_inferred_attrs(tf, bound)
-            with self._session._tf_scope(), _device_scope(tf, self._device):
+            with self._session.execution_scope(), _device_scope(tf, self._device):
                 if self._info.raw is not None:
                     tensors, spans = self._run_raw(bound, attrs)
                 else:
@@ -300,7 +320,7 @@ class EagerOperationBuilder:
     # ----------------------------------------------------------------- internals
 
     def _check_usable(self) -> None:
-        self._session._check_open()
+        self._session.check_open()
         if self._built:
             raise RuntimeError(f"op {_label(self._type, self._name)} was already built")
 
@@ -394,8 +414,6 @@ class EagerOperationBuilder:
     ) -> tuple[list[Any], dict[str, tuple[int, int]]]:
         """Run an op that eager Python cannot (tensor attributes, no ``raw_ops`` function) as a
         one-op function."""
-        from tensorflow.python.framework import op_def_library
-
         op_def = self._info.op_def
         for attr in op_def.attr:
             missing = attr.name not in attrs and attr.name not in self._info.inferred
@@ -404,9 +422,7 @@ class EagerOperationBuilder:
         structure: list[int | None] = []
 
         def body() -> list[Any]:
-            found, _, op, outputs = op_def_library._apply_op_helper(
-                self._type, name=self._type, **bound, **attrs
-            )
+            found, op, outputs = opdefs.apply_op(self._type, **bound, **attrs)
             structure.extend(found)
             if outputs:
                 return list(outputs)
@@ -450,9 +466,7 @@ class _OpInfo:
 @functools.cache
 def _op_info(op_type: str) -> _OpInfo:
     tf = _tf.tensorflow()
-    from tensorflow.python.framework import op_def_registry
-
-    op_def = op_def_registry.get(op_type)
+    op_def = opdefs.op_def(op_type)
     if op_def is None:
         raise tf.errors.NotFoundError(
             None,
@@ -506,9 +520,7 @@ def _resolve(value: Any) -> Any:
 
 
 def _tensor_proto(value: Any) -> Any:
-    from tensorflow.core.framework import tensor_pb2
-
-    if isinstance(value, tensor_pb2.TensorProto):
+    if opdefs.is_tensor_proto(value):
         return value
     return _tf.tensorflow().make_tensor_proto(_resolve(value))
 

@@ -1,6 +1,8 @@
 """EagerSession: owns TensorFlow resources and deletes them by a cleanup strategy.
 
-A port of TensorFlow Java's ``org.tensorflow.EagerSession``. The module imports neither
+A port of TensorFlow Java's ``org.tensorflow.EagerSession``: the session's lifecycle, its
+activation and its safe points. The references it owns are a ``ReferenceRegistry``, its
+background thread a ``Cleaner``, its settings a ``SessionSettings``. The module imports neither
 TensorFlow nor pytest; TensorFlow is imported when a session first needs it.
 """
 
@@ -8,76 +10,56 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import os
-import queue
 import sys
 import threading
-import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pytest_eagersession import _tf, heap, survivors
-from pytest_eagersession.errors import ResourceCleanupWarning, SessionClosedError
+from pytest_eagersession import heap, survivors
+from pytest_eagersession._tf import context as tf_context
+from pytest_eagersession.cleaner import CLEANER_JOIN_TIMEOUT_S, CLEANER_POLL_S, Cleaner
+from pytest_eagersession.errors import SessionClosedError
 from pytest_eagersession.kinds import tensorflow_ready
-from pytest_eagersession.references import CallbackReference, NativeReference
+from pytest_eagersession.operations import EagerOperationBuilder
+from pytest_eagersession.references import (
+    CallbackReference,
+    GarbageQueue,
+    NativeReference,
+    ReferenceRegistry,
+    report_failures,
+)
+from pytest_eagersession.session_settings import SessionSettings, SessionStats
 from pytest_eagersession.strategies import DevicePlacementPolicy, ResourceCleanupStrategy
-from pytest_eagersession.survivors import AllowFilter, AllowPredicate, Survivor
+from pytest_eagersession.survivors import AllowFilter, Survivor
 from pytest_eagersession.tracking import (
     TRACKER,
     CycleCollector,
     Ownership,
-    ResidentMemory,
     make_op_callback,
 )
 
 if TYPE_CHECKING:
     from pytest_eagersession.assertions import RunGrowth
-    from pytest_eagersession.operations import EagerOperationBuilder
 
-#: How long ``close()`` waits for the background cleaner to stop.
-CLEANER_JOIN_TIMEOUT_S = 5.0
-#: How often the cleaner of the session that owns new objects looks at the process's memory.
-CLEANER_POLL_S = 0.005
+__all__ = [
+    "CLEANER_JOIN_TIMEOUT_S",
+    "CLEANER_POLL_S",
+    "PACING_FRACTION",
+    "EagerSession",
+    "GarbageQueue",
+    "Options",
+    "SessionOptions",
+    "SessionStats",
+]
+
 #: Scans keep pacing while each finds at least this fraction of the threshold in new tensors.
 PACING_FRACTION = 16
 
-_STOP = object()
-_WAKE = object()
-_RESIDENT = ResidentMemory()
 _ACTIVATIONS = threading.local()
-
-
-class GarbageQueue(Protocol):
-    """What a session needs of its garbage queue (``queue.Queue`` and ``SimpleQueue`` fit)."""
-
-    def put(self, item: Any) -> None: ...
-
-    def get(self, block: bool = True, timeout: float | None = None) -> Any: ...
-
-
-@dataclass(frozen=True)
-class SessionStats:
-    """Counts a session keeps about the references it owns."""
-
-    registered: int
-    """References registered now, waiting to be deleted."""
-    peak_registered: int
-    """The most references registered at once."""
-    deleted: int
-    """References deleted so far (each one once)."""
-    pending: int
-    """References queued because their referent died, not yet deleted."""
-    cleanup_runs: int
-    """Cleanup passes that deleted something: cleaner wake-ups, safe points, and close."""
-    cleanup_errors: int
-    """``delete()`` calls that raised (each reported as a ``ResourceCleanupWarning``)."""
-    tracked: int = 0
-    """TensorFlow objects attributed to the session so far (alive or not)."""
-    cycle_collections: int = 0
-    """Collections of cyclic garbage the growth of tracked bytes triggered."""
 
 
 class SessionOptions:
@@ -87,15 +69,16 @@ class SessionOptions:
     """
 
     def __init__(self) -> None:
-        self._async = False
-        self._device_placement_policy = DevicePlacementPolicy.SILENT
-        self._resource_cleanup_strategy = ResourceCleanupStrategy.IN_BACKGROUND
-        self._config: Any = None
-        self._track_creation = False
-        self._allow: AllowPredicate | None = None
-        self._destroy_survivors = True
-        self._clear_kernel_cache = False
-        self._freeze_older_objects = False
+        self._settings = SessionSettings()
+
+    @property
+    def settings(self) -> SessionSettings:
+        """The settings collected so far, as a frozen record."""
+        return self._settings
+
+    def _set(self, **changes: Any) -> SessionOptions:
+        self._settings = dataclasses.replace(self._settings, **changes)
+        return self
 
     def freeze_older_objects(self, enabled: bool = True) -> SessionOptions:
         """While active, keep older objects out of the collector's way (``gc.freeze``).
@@ -105,51 +88,42 @@ class SessionOptions:
         than the session are not collected until it ends. Heap listings made meanwhile
         (``gc.get_objects``, ``gc.get_referrers``) thaw the heap first and see all of it.
         """
-        self._freeze_older_objects = bool(enabled)
-        return self
+        return self._set(freeze_older_objects=bool(enabled))
 
     def clear_kernel_cache(self, enabled: bool = True) -> SessionOptions:
         """Also clear TensorFlow's kernel cache at close (the next ops pay to rebuild kernels)."""
-        self._clear_kernel_cache = bool(enabled)
-        return self
+        return self._set(clear_kernel_cache=bool(enabled))
 
     def track_creation(self, enabled: bool = True) -> SessionOptions:
         """Record the op and the user-code line that made each output (costs an op callback)."""
-        self._track_creation = bool(enabled)
-        return self
+        return self._set(track_creation=bool(enabled))
 
     def allow(self, allowed: AllowFilter | None) -> SessionOptions:
         """Survivors to expect: a predicate on a ``Survivor``, a regex searched in its summary,
         or a list of those. Allowed survivors are reported as such and never destroyed."""
-        self._allow = survivors.check_allow_filter(allowed)
-        return self
+        return self._set(allow=survivors.check_allow_filter(allowed))
 
     def destroy_survivors(self, enabled: bool = True) -> SessionOptions:
         """Destroy the resource handles of survivors at close (the default), as Java did."""
-        self._destroy_survivors = bool(enabled)
-        return self
+        return self._set(destroy_survivors=bool(enabled))
 
     def async_(self, enabled: bool = True) -> SessionOptions:
         """Run the session's ops with TensorFlow's asynchronous eager execution."""
         if not isinstance(enabled, bool):
             raise TypeError(f"async_ takes a bool, not {type(enabled).__name__}")
-        self._async = enabled
-        return self
+        return self._set(is_async=enabled)
 
     def device_placement_policy(self, policy: DevicePlacementPolicy | str) -> SessionOptions:
         """What TensorFlow does with inputs on the wrong device, while the session is active."""
-        self._device_placement_policy = DevicePlacementPolicy.parse(policy)
-        return self
+        return self._set(device_placement_policy=DevicePlacementPolicy.parse(policy))
 
     def resource_cleanup_strategy(self, strategy: ResourceCleanupStrategy | str) -> SessionOptions:
         """When resources whose owners died are deleted (an enum member or its name)."""
-        self._resource_cleanup_strategy = ResourceCleanupStrategy.parse(strategy)
-        return self
+        return self._set(resource_cleanup_strategy=ResourceCleanupStrategy.parse(strategy))
 
     def config(self, config_proto: Any) -> SessionOptions:
         """A ``tf.compat.v1.ConfigProto`` for TensorFlow's context (before its first op only)."""
-        self._config = config_proto
-        return self
+        return self._set(config=config_proto)
 
     def build(self, garbage_queue: GarbageQueue | None = None) -> EagerSession:
         """Build a session with these settings.
@@ -160,12 +134,13 @@ class SessionOptions:
         return EagerSession(self, garbage_queue, _key=_BUILD_KEY)
 
     def __repr__(self) -> str:
+        settings = self._settings
         return (
-            f"EagerSession.Options(async_={self._async}, "
-            f"device_placement_policy={self._device_placement_policy.name}, "
-            f"resource_cleanup_strategy={self._resource_cleanup_strategy.name}, "
-            f"config={'set' if self._config is not None else None}, "
-            f"track_creation={self._track_creation})"
+            f"EagerSession.Options(async_={settings.is_async}, "
+            f"device_placement_policy={settings.device_placement_policy.name}, "
+            f"resource_cleanup_strategy={settings.resource_cleanup_strategy.name}, "
+            f"config={'set' if settings.config is not None else None}, "
+            f"track_creation={settings.track_creation})"
         )
 
 
@@ -195,46 +170,32 @@ class EagerSession:
     ) -> None:
         if _key is not _BUILD_KEY:
             raise TypeError("build sessions with EagerSession.create() or EagerSession.options()")
-        self._strategy = options._resource_cleanup_strategy
-        self._async = options._async
-        self._device_placement_policy = options._device_placement_policy
-        self._config = options._config
-        self._garbage_queue: GarbageQueue = (
-            garbage_queue if garbage_queue is not None else queue.SimpleQueue()
-        )
-        self._registry: dict[int, NativeReference] = {}
+        settings = options.settings
+        self._settings = settings
+        self._strategy = settings.resource_cleanup_strategy
+        self._references = ReferenceRegistry(garbage_queue)
         self._lock = threading.Lock()
         self._closed = False
         self._closing_thread: int | None = None
         self._close_done = threading.Event()
         self._is_default = False
-        self._peak_registered = 0
-        self._deleted = 0
-        self._cleanup_runs = 0
-        self._cleanup_errors = 0
         self._executor: Any = None
-        self._track_creation = options._track_creation
-        self._allow = options._allow
-        self._destroy_survivors = options._destroy_survivors
-        self._clear_kernel_cache = options._clear_kernel_cache
-        self._freezer = heap.OlderObjectsFrozen() if options._freeze_older_objects else None
+        self._freezer = heap.OlderObjectsFrozen() if settings.freeze_older_objects else None
         self._ownership = Ownership()
         self._collector = CycleCollector()
-        self._detached: dict[int, weakref.ref[Any]] = {}
         self._survivors: tuple[Survivor, ...] | None = None
-        self._generator_before: weakref.ref[Any] | None = None
-        self._retention_mark: survivors.RetentionMark | None = None
-        self._released: list[str] = []
-        if self._config is not None:
-            _apply_config(self._config)
-        if self._async:
-            self._executor = _tf_context().executor_new(enable_async=True)
-        self._cleaner: threading.Thread | None = None
+        self._check = survivors.SurvivorCheck(
+            self._ownership,
+            settings.allow,
+            thaw=self._freezer.thaw if self._freezer is not None else None,
+        )
+        if settings.config is not None:
+            tf_context.apply_config(settings.config)
+        if settings.is_async:
+            self._executor = tf_context.new_executor(enable_async=True)
+        self._cleaner: Cleaner | None = None
         if self._strategy is ResourceCleanupStrategy.IN_BACKGROUND:
-            self._cleaner = threading.Thread(
-                target=self._run_cleaner, name=f"eagersession-cleaner-{id(self):x}", daemon=True
-            )
-            self._cleaner.start()
+            self._cleaner = Cleaner(self, self._references, self._collector)
         _OPEN_SESSIONS.add(self)
 
     # ----------------------------------------------------------------- construction
@@ -288,12 +249,32 @@ class EagerSession:
     @property
     def device_placement_policy(self) -> DevicePlacementPolicy:
         """The device placement policy applied while the session runs ops."""
-        return self._device_placement_policy
+        return self._settings.device_placement_policy
 
     @property
     def is_async(self) -> bool:
         """Whether the session runs its ops asynchronously."""
-        return self._async
+        return self._settings.is_async
+
+    @property
+    def settings(self) -> SessionSettings:
+        """The settings the session was built with."""
+        return self._settings
+
+    @property
+    def references(self) -> ReferenceRegistry:
+        """The registry of the native references the session owns (``NativeReference`` joins it)."""
+        return self._references
+
+    @property
+    def ownership(self) -> Ownership:
+        """The weak records of the TensorFlow objects attributed to the session (the tracker's)."""
+        return self._ownership
+
+    @property
+    def cleaner(self) -> Cleaner | None:
+        """The background cleaner under ``IN_BACKGROUND``, else None (for tests and diagnostics)."""
+        return self._cleaner
 
     @property
     def is_default(self) -> bool:
@@ -304,17 +285,17 @@ class EagerSession:
         """A snapshot of the session's counts."""
         if TRACKER.is_active(self):
             TRACKER.discover()  # count what was made since the last scan, not only what was seen
-        with self._lock:
-            return SessionStats(
-                registered=len(self._registry),
-                peak_registered=self._peak_registered,
-                deleted=self._deleted,
-                pending=_queue_size(self._garbage_queue),
-                cleanup_runs=self._cleanup_runs,
-                cleanup_errors=self._cleanup_errors,
-                tracked=self._ownership.seq,
-                cycle_collections=self._collector.collections,
-            )
+        references = self._references
+        return SessionStats(
+            registered=len(references),
+            peak_registered=references.peak,
+            deleted=references.deleted,
+            pending=references.pending(),
+            cleanup_runs=references.cleanup_runs,
+            cleanup_errors=references.cleanup_errors,
+            tracked=self._ownership.seq,
+            cycle_collections=self._collector.collections,
+        )
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -329,109 +310,27 @@ class EagerSession:
 
     def op_builder(self, op_type: str, name: str | None = None) -> EagerOperationBuilder:
         """A builder for one eager operation of type ``op_type`` (a safe point, as in Java)."""
-        from pytest_eagersession.operations import EagerOperationBuilder
-
         self.safe_point()
-        self._check_open()
+        self.check_open()
         return EagerOperationBuilder(self, op_type, name)
 
     def safe_point(self) -> None:
         """Under ``ON_SAFE_POINTS``, delete now what died since the last safe point."""
         if self._strategy is ResourceCleanupStrategy.ON_SAFE_POINTS:
-            self._drain()
+            self._references.drain()
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Raise ``SessionClosedError`` once the session is closed."""
         if self._closed:
             raise SessionClosedError()
 
-    def _register(self, reference: NativeReference) -> None:
-        with self._lock:
-            if self._closed:
-                raise SessionClosedError()
-            self._registry[id(reference)] = reference
-            self._peak_registered = max(self._peak_registered, len(self._registry))
-
-    def _unregister(self, reference: NativeReference, *, deleting: bool) -> bool:
-        """Remove ``reference``; True when this call removed it (so the caller may delete it)."""
-        with self._lock:
-            removed = self._registry.pop(id(reference), None) is not None
-            if removed and deleting:
-                self._deleted += 1
-            return removed
-
-    def _delete(self, reference: NativeReference, failures: list[str]) -> bool:
-        """Delete ``reference`` unless someone already did; collect the failure text."""
-        if not self._unregister(reference, deleting=True):
-            return False
-        try:
-            reference.delete()
-        except Exception as error:  # a faulty deleter must not stop the cleanup
-            with self._lock:
-                self._cleanup_errors += 1
-            failures.append(f"{reference!r}.delete() raised {type(error).__name__}: {error}")
-        return True
-
-    def _drain(self) -> None:
-        """Delete what is in the garbage queue now, without waiting."""
-        failures: list[str] = []
-        deleted = 0
-        while True:
-            try:
-                item = self._garbage_queue.get(block=False)
-            except queue.Empty:
-                break
-            if item is not _STOP and item is not _WAKE and self._delete(item, failures):
-                deleted += 1
-        if deleted:
-            with self._lock:
-                self._cleanup_runs += 1
-        _report_failures(failures)
-
-    def _run_cleaner(self) -> None:
-        """The ``IN_BACKGROUND`` thread: delete references as their referents die.
-
-        It blocks on the garbage queue and wakes for work: a dead referent, a collection of
-        cyclic garbage that the growth of tensor bytes made due, or the stop. While its session
-        owns new objects, it also reads the process's resident memory every few milliseconds:
-        when that grew by the threshold where no scan looked yet, it has the next allocation
-        start a collection. It never lists the heap, and collections that start in it are not
-        scanned (see ``Tracker``).
-        """
-        garbage = self._garbage_queue
-        ident = threading.get_ident()
-        TRACKER.quiet_thread(ident)
-        memory = _MemoryWatch(self._collector)
-        try:
-            while True:
-                watching = TRACKER.is_innermost(self) and tensorflow_ready()
-                try:
-                    item = garbage.get(timeout=CLEANER_POLL_S) if watching else garbage.get()
-                except queue.Empty:
-                    memory.look()
-                    continue
-                if item is _STOP:
-                    return
-                if item is _WAKE:
-                    memory = _MemoryWatch(self._collector)
-                    continue
-                failures: list[str] = []
-                if self._delete(item, failures):
-                    with self._lock:
-                        self._cleanup_runs += 1
-                # A warning filter set to "error" would raise here; nobody could catch it in
-                # this thread, and the count in stats() already records the failure.
-                with contextlib.suppress(Exception):
-                    _report_failures(failures)
-        finally:
-            TRACKER.quiet_thread(ident, quiet=False)
-
-    def _note_young_bytes(self, generation: int, nbytes: int) -> bool:
+    def note_young_bytes(self, generation: int, nbytes: int) -> bool:
         """A scan at the start of a ``generation`` collection found ``nbytes`` of new tensors.
 
         Under ``IN_BACKGROUND`` the collector's pace follows them (and the cleaner runs the
-        full collections, see ``_MemoryWatch``); the other strategies leave the pace alone
+        full collections, see ``cleaner.MemoryWatch``); the other strategies leave the pace alone
         (``ON_SAFE_POINTS`` counts the bytes at its safe points). True to keep pacing: to scan
-        at every collection, while tensors come in bytes that matter.
+        at every collection, while tensors come in bytes that matter. The tracker calls it.
         """
         if self._strategy is not ResourceCleanupStrategy.IN_BACKGROUND or self._closed:
             TRACKER.pace(generation, 0)
@@ -443,17 +342,17 @@ class EagerSession:
     # ----------------------------------------------------------------- TensorFlow scope
 
     @contextlib.contextmanager
-    def _tf_scope(self) -> Iterator[None]:
-        """Apply the session's execution mode and device policy to the ops run inside."""
+    def execution_scope(self) -> Iterator[None]:
+        """Apply the session's execution mode and device policy to the ops run inside.
+
+        ``activate()`` enters it; the op builder enters it for the op it runs.
+        """
         with contextlib.ExitStack() as stack:
             if self._executor is not None:
-                stack.enter_context(_tf_context().executor_scope(self._executor))
-            if self._device_placement_policy is not DevicePlacementPolicy.SILENT:
-                stack.enter_context(
-                    _tf_context().device_policy(
-                        _tf_context().placement_policy(self._device_placement_policy)
-                    )
-                )
+                stack.enter_context(tf_context.executor_scope(self._executor))
+            policy = self._settings.device_placement_policy
+            if policy is not DevicePlacementPolicy.SILENT:
+                stack.enter_context(tf_context.device_policy(policy.name))
             yield
 
     # ----------------------------------------------------------------- closing
@@ -477,6 +376,7 @@ class EagerSession:
             closing = self._closing_thread if self._closed and not cut_short else None
             if closing is None:
                 self._closed = True
+                self._references.close()  # registering refuses from now on
                 self._closing_thread = me
                 self._close_done.clear()
         if closing is not None:
@@ -492,10 +392,11 @@ class EagerSession:
 
     def _close_now(self) -> tuple[Survivor, ...]:
         if self._cleaner is not None:
-            self._garbage_queue.put(_STOP)  # first: however close ends, the cleaner stops
+            self._cleaner.request_stop()  # first: however close ends, the cleaner stops
         _OPEN_SESSIONS.discard(self)
         self._deactivate_everywhere()
-        self._join_cleaner()
+        if self._cleaner is not None:
+            self._cleaner.join()
         failures: list[str] = []
         async_error: Exception | None = None
         try:
@@ -506,17 +407,15 @@ class EagerSession:
                     async_error = error
                     with contextlib.suppress(Exception):
                         self._executor.clear_error()
-            with self._lock:
-                remaining = list(self._registry.values())
-            for reference in remaining:
-                self._delete(reference, failures)
-            self._discard_queue()
-            with self._lock:
-                self._cleanup_runs += 1
+            references = self._references
+            for reference in references.remaining():
+                references.delete(reference, failures)
+            references.discard_queue()
+            references.count_run()
             if tensorflow_ready():
-                survivors.clear_tensorflow_caches(kernels=self._clear_kernel_cache)
+                tf_context.clear_caches(kernels=self._settings.clear_kernel_cache)
                 self._survivors = tuple(self._find_survivors(since=0, release=True))
-                if self._destroy_survivors:
+                if self._settings.destroy_survivors:
                     survivors.destroy_resources(
                         survivor for survivor in self._survivors if not survivor.allowed
                     )
@@ -526,28 +425,11 @@ class EagerSession:
             if self._freezer is not None:
                 self._freezer.thaw()
             self._ownership.clear()
-            self._detached.clear()
-        _report_failures(failures)
+            self._check.clear()
+        report_failures(failures)
         if async_error is not None:
             raise async_error
         return self._survivors
-
-    def _stop_cleaner(self) -> None:
-        if self._cleaner is not None:
-            self._garbage_queue.put(_STOP)
-            self._join_cleaner()
-
-    def _join_cleaner(self) -> None:
-        cleaner = self._cleaner
-        if cleaner is not None and cleaner is not threading.current_thread():
-            cleaner.join(CLEANER_JOIN_TIMEOUT_S)
-
-    def _discard_queue(self) -> None:
-        while True:
-            try:
-                self._garbage_queue.get(block=False)
-            except queue.Empty:
-                return
 
     # ----------------------------------------------------------------- activation
 
@@ -558,23 +440,20 @@ class EagerSession:
         device policy, async executor and cleanup apply, and TensorFlow's default graph is a
         fresh one, so that what TensorFlow ties to the default graph dies with the session.
         """
-        self._check_open()
+        self.check_open()
         stack = contextlib.ExitStack()
         if tensorflow_ready():
-            generator = survivors.global_random_generator()
-            if generator is not None and self._generator_before is None:
-                self._generator_before = weakref.ref(generator)
-            if self._retention_mark is None:
-                self._retention_mark = survivors.retention_mark()
+            self._check.begin()
             stack.enter_context(survivors.fresh_default_graph())
-            stack.enter_context(self._tf_scope())
-            if self._track_creation or self._strategy is ResourceCleanupStrategy.ON_SAFE_POINTS:
+            stack.enter_context(self.execution_scope())
+            track_creation = self._settings.track_creation
+            if track_creation or self._strategy is ResourceCleanupStrategy.ON_SAFE_POINTS:
                 stack.enter_context(
                     survivors.op_callback(
                         make_op_callback(
                             self,
                             safe_points=self._strategy is ResourceCleanupStrategy.ON_SAFE_POINTS,
-                            track_creation=self._track_creation,
+                            track_creation=track_creation,
                             collector=self._collector,
                         )
                     )
@@ -584,7 +463,7 @@ class EagerSession:
             self._freezer.freeze()
         _thread_activations().append((self, stack))
         if self._cleaner is not None:
-            self._garbage_queue.put(_WAKE)  # watch memory from now on
+            self._cleaner.wake()  # watch memory from now on
         return self
 
     def deactivate(self) -> None:
@@ -665,12 +544,12 @@ class EagerSession:
             return tuple(s for s in self._survivors if s.seq > since)
         if not tensorflow_ready():
             return ()
-        self._drain()
+        self._references.drain()
         return tuple(self._find_survivors(since, release=True))
 
     def detach(self, obj: object) -> None:
         """Declare ``obj`` expected to outlive the session: not reported, not destroyed."""
-        self._detached[id(obj)] = weakref.ref(obj)
+        self._check.detach(obj)
 
     def assert_no_leaks(self, since: int = 0, *, allow: AllowFilter | None = None) -> None:
         """Fail if what was made after checkpoint ``since`` is still alive (the plugin's report).
@@ -697,10 +576,6 @@ class EagerSession:
 
         return assert_no_growth(fn, warmup=warmup, runs=runs, session=self, allow=allow)
 
-    def _is_detached(self, obj: object) -> bool:
-        ref = self._detached.get(id(obj))
-        return ref is not None and ref() is obj
-
     def known_retention(self) -> tuple[str, ...]:
         """What TensorFlow's own known leaks kept of the session's objects and it released.
 
@@ -708,63 +583,12 @@ class EagerSession:
         ``tf.distribute`` cache entries dropped. What could not be released is in the
         survivors, each with its ``retention``.
         """
-        return tuple(self._released)
+        return self._check.released
 
     def _find_survivors(self, since: int, *, release: bool = False) -> list[Survivor]:
         if TRACKER.is_active(self):
             TRACKER.discover()
-        retention = None
-        if release and self._retention_mark is not None:
-            retention = survivors.release_retention(self._retention_mark)
-            self._released.extend(retention.released)
-        return survivors.find(
-            self._ownership,
-            since,
-            self._is_detached,
-            self._allow,
-            generator_before=self._generator_before,
-            thaw=self._freezer.thaw if self._freezer is not None else None,
-            retention=retention,
-        )
-
-
-class _MemoryWatch:
-    """What the cleaner makes of the process's resident memory, read every few milliseconds.
-
-    Growth by the threshold where no scan looked yet has the next allocation start a
-    collection (of the young generation, by the interpreter, in the allocating thread). Growth
-    by ``FULL_EVERY`` thresholds since the last full collection means cycles promoted alive
-    into the oldest generation are dying there: the cleaner collects in full. A full collection
-    that frees less than a threshold doubles the growth the next one waits for, so that memory
-    the code keeps (a dataset, a model) does not make it collect in vain.
-    """
-
-    def __init__(self, collector: CycleCollector) -> None:
-        self._collector = collector
-        self._low: int | None = None
-        self._full_low: int | None = None
-        self._full_gap = collector.FULL_EVERY * collector.threshold
-
-    def look(self) -> None:
-        resident = _RESIDENT.read()
-        if resident is None:
-            return
-        threshold = self._collector.threshold
-        self._low = resident if self._low is None else min(self._low, resident)
-        self._full_low = resident if self._full_low is None else min(self._full_low, resident)
-        if resident - self._full_low >= self._full_gap:
-            self._collector.collect_full()
-            after = _RESIDENT.read() or resident
-            freed = resident - after
-            self._full_gap = (
-                self._collector.FULL_EVERY * threshold
-                if freed >= threshold
-                else min(2 * self._full_gap, 1 << 34)
-            )
-            self._low = self._full_low = after
-        elif resident - self._low >= threshold:
-            TRACKER.hurry()
-            self._low = resident
+        return self._check.find(since, release=release)
 
 
 def _thread_activations() -> list[tuple[EagerSession, contextlib.ExitStack]]:
@@ -774,74 +598,6 @@ def _thread_activations() -> list[tuple[EagerSession, contextlib.ExitStack]]:
     if activations is None:
         activations = _ACTIVATIONS.stack = []
     return activations
-
-
-def _queue_size(garbage: GarbageQueue) -> int:
-    size = getattr(garbage, "qsize", None)
-    return int(size()) if callable(size) else 0
-
-
-def _report_failures(failures: list[str]) -> None:
-    for text in failures:
-        warnings.warn(f"{text}; cleanup went on", ResourceCleanupWarning, stacklevel=3)
-
-
-class _ContextAccess:
-    """The few TensorFlow eager-context functions the session uses, imported on first use."""
-
-    def __init__(self) -> None:
-        self._context: Any = None
-
-    def _module(self) -> Any:
-        if self._context is None:
-            _tf.tensorflow()
-            from tensorflow.python.eager import context
-
-            self._context = context
-        return self._context
-
-    def executor_new(self, *, enable_async: bool) -> Any:
-        self._module()  # first: without TensorFlow, the error that says what to install
-        from tensorflow.python.eager import executor
-
-        return executor.new_executor(enable_async)
-
-    def executor_scope(self, executor: Any) -> contextlib.AbstractContextManager[None]:
-        manager: contextlib.AbstractContextManager[None] = self._module().executor_scope(executor)
-        return manager
-
-    def device_policy(self, policy: int) -> contextlib.AbstractContextManager[None]:
-        manager: contextlib.AbstractContextManager[None] = self._module().device_policy(policy)
-        return manager
-
-    def placement_policy(self, policy: DevicePlacementPolicy) -> int:
-        value: int = getattr(self._module(), f"DEVICE_PLACEMENT_{policy.name}")
-        return value
-
-    def context(self) -> Any:
-        return self._module().context()
-
-
-_CONTEXT = _ContextAccess()
-
-
-def _tf_context() -> _ContextAccess:
-    return _CONTEXT
-
-
-def _apply_config(config_proto: Any) -> None:
-    """Give TensorFlow's context a ConfigProto, which it only takes before its first op."""
-    context = _tf_context().context()
-    if getattr(context, "_context_handle", None) is not None:
-        if context.config == config_proto:
-            return
-        raise RuntimeError(
-            "cannot apply the session's config: TensorFlow's eager context is already "
-            "initialized (an op or device query ran in this process), and a ConfigProto only "
-            "takes effect before that; build this session before any TensorFlow op runs, "
-            "or leave config unset"
-        )
-    context._config = config_proto
 
 
 @atexit.register

@@ -1,37 +1,53 @@
 """What outlives a session: finding survivors, telling expected ones apart, and destroying leaks.
 
-Also the TensorFlow-side housekeeping a session does around that: a fresh default graph while it
-is active, and TensorFlow's tensor-pinning caches cleared before survivors are counted.
+Also releasing what TensorFlow's known leaks keep of a session's objects. The TensorFlow-side
+housekeeping around that (a fresh default graph while a session is active, TensorFlow's
+tensor-pinning caches, op callbacks) lives in ``_tf``; its names stay importable from here.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import gc
 import itertools
 import re
 import sys
-import threading
 import types
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias, Union
 
 from pytest_eagersession import heap
-from pytest_eagersession.kinds import (
-    ITERATOR,
-    RESOURCE,
-    TABLE,
-    TENSOR,
-    VARIABLE,
-    Description,
-    describe,
-    owned_handle,
-)
+from pytest_eagersession._tf import resources
+from pytest_eagersession._tf.callbacks import op_callback
+from pytest_eagersession._tf.context import clear_caches as clear_tensorflow_caches
+from pytest_eagersession._tf.resources import fresh_default_graph
+from pytest_eagersession._tf.state import global_random_generator
+from pytest_eagersession._tf.state import singleton_ids as tensorflow_singletons
+from pytest_eagersession.kinds import TENSOR, Description, describe, owned_handle
 from pytest_eagersession.tracking import Ownership
+
+__all__ = [  # the TensorFlow-side housekeeping lives in _tf; kept importable from here
+    "AllowFilter",
+    "AllowPredicate",
+    "Retention",
+    "RetentionMark",
+    "Survivor",
+    "SurvivorCheck",
+    "check_allow_filter",
+    "clear_tensorflow_caches",
+    "destroy_resources",
+    "find",
+    "fresh_default_graph",
+    "global_random_generator",
+    "op_callback",
+    "release_retention",
+    "retention_mark",
+    "tensorflow_singletons",
+    "tensors_held_by_others",
+]
 
 
 @dataclass(frozen=True)
@@ -162,6 +178,70 @@ def find(
         del alive
 
 
+class SurvivorCheck:
+    """What one session needs to find its survivors at close, kept from its start.
+
+    The objects declared to outlive it, TensorFlow's global random generator and known
+    retainers as they stood when it was first activated, and what of those it released.
+    """
+
+    def __init__(
+        self,
+        ownership: Ownership,
+        allow: AllowPredicate | None,
+        thaw: Callable[[], bool] | None = None,
+    ) -> None:
+        self._ownership = ownership
+        self._allow = allow
+        self._thaw = thaw
+        self._detached: dict[int, weakref.ref[Any]] = {}
+        self._generator_before: weakref.ref[Any] | None = None
+        self._retention_mark: RetentionMark | None = None
+        self._released: list[str] = []
+
+    def begin(self) -> None:
+        """Note TensorFlow's state at the session's first activation (TensorFlow loaded)."""
+        generator = global_random_generator()
+        if generator is not None and self._generator_before is None:
+            self._generator_before = weakref.ref(generator)
+        if self._retention_mark is None:
+            self._retention_mark = retention_mark()
+
+    def detach(self, obj: object) -> None:
+        """Expect ``obj`` to outlive the session: never a survivor."""
+        self._detached[id(obj)] = weakref.ref(obj)
+
+    def is_detached(self, obj: object) -> bool:
+        """Whether ``obj`` was detached."""
+        ref = self._detached.get(id(obj))
+        return ref is not None and ref() is obj
+
+    @property
+    def released(self) -> tuple[str, ...]:
+        """What TensorFlow's known leaks kept and ``find(release=True)`` released, as text."""
+        return tuple(self._released)
+
+    def find(self, since: int, *, release: bool = False) -> list[Survivor]:
+        """The survivors newer than ``since``; first release TensorFlow's retention if asked."""
+        retention = None
+        if release and self._retention_mark is not None:
+            retention = release_retention(self._retention_mark)
+            self._released.extend(retention.released)
+        return find(
+            self._ownership,
+            since,
+            self.is_detached,
+            self._allow,
+            generator_before=self._generator_before,
+            thaw=self._thaw,
+            retention=retention,
+        )
+
+    def clear(self) -> None:
+        """Forget the detached objects (the session closed)."""
+        self._detached.clear()
+
+
 #: The most objects the walk from tracked objects to the tensors they hold visits.
 HOLD_WALK_LIMIT = 50_000
 
@@ -200,38 +280,6 @@ def tensors_held_by_others(alive: Sequence[tuple[object, str, int]]) -> set[int]
     return held
 
 
-def global_random_generator() -> object:
-    """TensorFlow's global random generator, or None while nothing made one."""
-    random_ops = sys.modules.get("tensorflow.python.ops.stateful_random_ops")
-    return getattr(random_ops, "global_generator", None)
-
-
-def tensorflow_singletons(generator_before: weakref.ref[Any] | None = None) -> set[int]:
-    """Ids of objects TensorFlow and Keras create once per process on first use.
-
-    The global random generator counts when TensorFlow made it on first use (there was none
-    before) or it is still the one there was: not when the session's code installed its own.
-    """
-    ids: set[int] = set()
-    generator = global_random_generator()
-    if generator is not None and (generator_before is None or generator_before() is generator):
-        ids.add(id(generator))
-        state = getattr(generator, "_state_var", None)
-        if state is not None:
-            ids.update((id(state), id(getattr(state, "handle", None))))
-    # Keras 3's unseeded random ops draw from a global SeedGenerator made on first use (per
-    # thread); its state is a Keras variable around a tf.Variable.
-    keras_state = sys.modules.get("keras.src.backend.common.global_state")
-    get_attribute = getattr(keras_state, "get_global_attribute", None)
-    if get_attribute is not None:
-        with contextlib.suppress(Exception):
-            seed_state = getattr(get_attribute("global_seed_generator"), "state", None)
-            variable = getattr(seed_state, "_value", None)
-            if variable is not None:
-                ids.update((id(variable), id(getattr(variable, "handle", None))))
-    return ids
-
-
 def destroy_resources(survivors: Iterable[Survivor]) -> int:
     """Cut these survivors off their resources; the objects then fail when used.
 
@@ -244,48 +292,11 @@ def destroy_resources(survivors: Iterable[Survivor]) -> int:
     destroyed = 0
     for survivor in survivors:
         obj = survivor.ref() if survivor.ref is not None else None
-        if obj is not None and _replace_handle(obj, survivor):
+        name = survivor.description.name or survivor.description.type.rsplit(".", 1)[-1]
+        if obj is not None and resources.destroy_handle(obj, survivor.kind, name):
             destroyed += 1
         del obj
     return destroyed
-
-
-_HANDLE_ATTRIBUTES = {
-    VARIABLE: "_handle",
-    ITERATOR: "_iterator_resource",
-    TABLE: "_resource_handle",
-    RESOURCE: "_resource_handle",
-}
-
-
-def _replace_handle(obj: Any, survivor: Survivor) -> bool:
-    attribute = _HANDLE_ATTRIBUTES.get(survivor.kind)
-    if attribute is None or not hasattr(obj, attribute):
-        return False
-    from tensorflow.python.framework import dtypes
-    from tensorflow.python.ops import gen_resource_variable_ops
-
-    name = survivor.description.name or survivor.description.type.rsplit(".", 1)[-1]
-    shared_name = f"{name} was deleted when its eager session closed"
-    try:
-        if survivor.kind == VARIABLE:
-            # Not a VarHandleOp: assigning through a handle to a missing variable creates it,
-            # which would bring the variable back (one shared by every variable of that name).
-            # A mutex under that name makes every variable op fail, naming the variable.
-            dead = gen_resource_variable_ops.mutex_v2(
-                container="pytest-eagersession", shared_name=shared_name
-            )
-        else:
-            dead = gen_resource_variable_ops.var_handle_op(
-                dtype=dtypes.int64,
-                shape=[],
-                container="pytest-eagersession",
-                shared_name=shared_name,
-            )
-        setattr(obj, attribute, dead)
-    except Exception:  # an object that refuses is left as it is, and still reported
-        return False
-    return True
 
 
 class _GraphOwnedGradient:
@@ -324,8 +335,9 @@ class Retention:
 
 def retention_mark() -> RetentionMark:
     """The state of TensorFlow's known retainers now, for ``release_retention`` at close."""
-    registry = _gradient_registry()
-    keys = frozenset(id(key) for cache in _replica_fn_caches() for key in list(cache.keys()))
+    registry = resources.gradient_registry()
+    caches = resources.replica_fn_caches()
+    keys = frozenset(id(key) for cache in caches for key in list(cache.keys()))
     return RetentionMark(len(registry) if registry is not None else 0, keys)
 
 
@@ -346,7 +358,7 @@ def release_retention(mark: RetentionMark) -> Retention:
     """
     released: list[str] = []
     unresolved: list[tuple[str, Any]] = []
-    registry = _gradient_registry()
+    registry = resources.gradient_registry()
     if registry is not None:
         fresh = list(
             itertools.islice(registry.items(), min(mark.registry_size, len(registry)), None)
@@ -362,7 +374,7 @@ def release_retention(mark: RetentionMark) -> Retention:
             else:
                 unresolved.append((name, function))
         del fresh
-    for cache in _replica_fn_caches():
+    for cache in resources.replica_fn_caches():
         for key in list(cache.keys()):
             if id(key) not in mark.cache_keys:
                 released.append(
@@ -393,18 +405,6 @@ def _move_onto_graph(name: str, entry: dict[str, Any], function: types.FunctionT
     return True
 
 
-def _gradient_registry() -> dict[str, Any] | None:
-    ops = sys.modules.get("tensorflow.python.framework.ops")
-    registry = getattr(getattr(ops, "_gradient_registry", None), "_registry", None)
-    return registry if isinstance(registry, dict) else None
-
-
-def _replica_fn_caches() -> list[weakref.WeakKeyDictionary[Any, Any]]:
-    mirrored_run = sys.modules.get("tensorflow.python.distribute.mirrored_run")
-    cache = getattr(mirrored_run, "_cfer_fn_cache", None)
-    return [cache] if isinstance(cache, weakref.WeakKeyDictionary) else []
-
-
 def _reach(root: object) -> set[int]:
     """Ids of what ``root`` reaches through closures, objects and containers (not modules)."""
     return heap.reachable([root], limit=4 * GRAPH_WALK_LIMIT, opaque=_module_or_class)
@@ -426,8 +426,6 @@ def _graph_of(function: types.FunctionType) -> Any:
     and results of the ``tf.custom_gradient`` call, the graph it was traced in. The nearest
     graph is the one, unless two are equally near.
     """
-    from tensorflow.python.framework import ops, tensor
-
     opaque = (types.ModuleType, type, types.CodeType)
     seen = {id(function)}
     level: list[Any] = [function]
@@ -439,12 +437,8 @@ def _graph_of(function: types.FunctionType) -> Any:
                 if id(referent) in seen or isinstance(referent, opaque):
                     continue
                 seen.add(id(referent))
-                if isinstance(referent, ops.Graph):
-                    graphs[id(referent)] = referent
-                elif isinstance(referent, (tensor.Tensor, ops.Operation)) and not isinstance(
-                    referent, ops.EagerTensor
-                ):
-                    graph = referent.graph
+                graph = resources.graph_of_node(referent)
+                if graph is not None:
                     graphs[id(graph)] = graph
                 else:
                     following.append(referent)
@@ -454,76 +448,3 @@ def _graph_of(function: types.FunctionType) -> Any:
         return None
     finally:
         level = []
-
-
-def clear_tensorflow_caches(*, kernels: bool) -> None:
-    """Flush the eager context's caches that pin tensors, and wait for async executors.
-
-    Clearing the kernel cache makes every op kind re-create its kernel on its next run (about
-    0.1 ms each), so it is asked for only where it pays: at the close of long-lived sessions.
-    """
-    from tensorflow.python.eager import context
-
-    ctx = context.context()
-    if getattr(ctx, "_context_handle", None) is None:
-        return
-    context.async_wait()
-    ctx._clear_caches()
-    if kernels:
-        ctx.clear_kernel_cache()
-
-
-@contextlib.contextmanager
-def fresh_default_graph() -> Iterator[None]:
-    """A new global default graph for the calling thread while the block runs.
-
-    What eager code ties to the default graph (``from_generator``'s and ``py_function``'s Python
-    functions) then dies with the block. The graph is swapped in place of the thread's global
-    default one, not pushed on the stack of nested graphs, so that ``reset_default_graph()``
-    (``keras.backend.clear_session()``, ``tf.test.TestCase.setUp``) works inside the block
-    as it works outside. Inside a ``with graph.as_default()`` nothing is changed.
-    """
-    from tensorflow.python.framework import ops
-
-    graphs = ops._default_graph_stack
-    if not graphs.is_cleared():
-        yield
-        return
-    saved = graphs._global_default_graph
-    graphs._global_default_graph = None  # TensorFlow makes a new one on first use
-    try:
-        yield
-    finally:
-        graphs._global_default_graph = saved
-
-
-_OP_CALLBACKS_LOCK = threading.Lock()
-_op_callbacks_installed = 0
-
-
-@contextlib.contextmanager
-def op_callback(callback: Callable[..., None]) -> Iterator[None]:
-    """Install ``callback`` as an op callback of the calling thread while the block runs.
-
-    Ops that leave the C fast path, and tf.function calls, run callbacks only while TensorFlow's
-    ``execute.execute`` is patched. ``op_callbacks.remove_op_callback`` undoes that patch as soon
-    as the *calling thread* has no callback left, which would silence the callbacks of sessions
-    active in other threads; so the patch stays until the last of our callbacks is removed.
-    """
-    global _op_callbacks_installed
-    from tensorflow.python.eager import context, execute
-
-    ctx = context.context()
-    ctx.add_op_callback(callback)
-    with _OP_CALLBACKS_LOCK:
-        _op_callbacks_installed += 1
-        execute.execute = execute.execute_with_callbacks
-    try:
-        yield
-    finally:
-        with contextlib.suppress(KeyError):
-            ctx.remove_op_callback(callback)
-        with _OP_CALLBACKS_LOCK:
-            _op_callbacks_installed -= 1
-            if _op_callbacks_installed == 0 and not ctx.op_callbacks:
-                execute.execute = execute.quick_execute

@@ -19,12 +19,9 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pytest_eagersession.kinds import TENSOR, Classifier, tensor_nbytes, tensorflow_ready
-
-if TYPE_CHECKING:
-    from pytest_eagersession.session import EagerSession
 
 #: Scans in a row that find few new tensor bytes before the collector's pace is left alone.
 QUIET_SCANS = 4
@@ -137,6 +134,26 @@ class Ownership:
         self._records = {k: r for k, r in self._records.items() if r.ref() is not None}
         self._creations = {k: c for k, c in self._creations.items() if c[0]() is not None}
         self._prune_above = max(4096, 2 * (len(self._records) + len(self._creations)))
+
+
+class Owner(Protocol):
+    """What the tracker needs of a session that owns the objects made while it is active."""
+
+    @property
+    def ownership(self) -> Ownership:
+        """The weak records of the objects attributed to the owner."""
+        ...
+
+    def note_young_bytes(self, generation: int, nbytes: int) -> bool:
+        """A scan at the start of a ``generation`` collection found ``nbytes`` of new tensors.
+
+        True to keep pacing: to scan at every collection.
+        """
+        ...
+
+    def safe_point(self) -> None:
+        """A point where the owner's cleanup strategy may delete what died."""
+        ...
 
 
 class CycleCollector:
@@ -293,8 +310,8 @@ class Tracker:
 
     def __init__(self) -> None:
         self._classifier = Classifier()
-        self._active: tuple[EagerSession, ...] = ()
-        self._fallback: EagerSession | None = None
+        self._active: tuple[Owner, ...] = ()
+        self._fallback: Owner | None = None
         self._installed = False
         self._lock = threading.RLock()
         self._quiet_threads: set[int] = set()
@@ -310,12 +327,15 @@ class Tracker:
         """The shared type-to-kind classifier."""
         return self._classifier
 
-    def owner(self) -> EagerSession | None:
-        """The session new objects belong to: the latest activated, else the default one."""
+    def owner(self) -> Any:
+        """The session new objects belong to: the latest activated, else the default one.
+
+        An ``Owner`` (an ``EagerSession``, typed ``Any`` so that callers need not cast), or None.
+        """
         active = self._active
         return active[-1] if active else self._fallback
 
-    def push(self, session: EagerSession) -> None:
+    def push(self, session: Owner) -> None:
         """Make ``session`` the owner of objects created from now on."""
         if tensorflow_ready():
             # Attribute what is young now to the outer owner (if a session is active, else to
@@ -326,7 +346,7 @@ class Tracker:
             self._active = (*self._active, session)
             self._install()
 
-    def pop(self, session: EagerSession) -> None:
+    def pop(self, session: Owner) -> None:
         """Attribute the young objects to their owner, then stop owning for ``session``."""
         self.discover()
         if tensorflow_ready():
@@ -342,17 +362,17 @@ class Tracker:
             self._active = tuple(active)
             self._update_installation()
 
-    def set_fallback(self, session: EagerSession | None) -> None:
+    def set_fallback(self, session: Owner | None) -> None:
         """The default session owns what is made while no session is active."""
         with self._lock:
             self._fallback = session
             self._update_installation()
 
-    def is_active(self, session: EagerSession) -> bool:
+    def is_active(self, session: Owner) -> bool:
         """Whether ``session`` is on the stack of active sessions (any thread)."""
         return any(active is session for active in self._active)
 
-    def is_innermost(self, session: EagerSession) -> bool:
+    def is_innermost(self, session: Owner) -> bool:
         """Whether ``session`` is the owner of new objects right now."""
         return self.owner() is session
 
@@ -374,7 +394,7 @@ class Tracker:
         ``generation`` is that of the automatic collection about to start, if one is: the
         owner then paces the next ones by the tensor bytes found.
         """
-        owner = self.owner()
+        owner: Owner | None = self.owner()
         if owner is None or not tensorflow_ready():
             return
         if self._scanning or self.in_quiet_thread():
@@ -384,7 +404,7 @@ class Tracker:
         self._scanning = True  # a collection the scan itself starts must not scan again
         try:
             found = self._classifier.find(generations)
-            nbytes = owner._ownership.add_all(found)
+            nbytes = owner.ownership.add_all(found)
             del found
         finally:
             self._scanning = False
@@ -392,7 +412,7 @@ class Tracker:
         if generation is not None:
             # Pacing stops after a few scans in a row found little: one right after another
             # collection finds little by itself.
-            if owner._note_young_bytes(generation, nbytes):
+            if owner.note_young_bytes(generation, nbytes):
                 self._pacing, self._quiet_scans = True, 0
             else:
                 self._quiet_scans += 1
@@ -445,6 +465,7 @@ class Tracker:
             self._pacer.restore()
 
 
+#: The process-wide tracker; its owners are ``EagerSession`` objects.
 TRACKER = Tracker()
 
 
@@ -489,7 +510,7 @@ def user_code_location() -> str | None:
 
 
 def make_op_callback(
-    session: EagerSession, *, safe_points: bool, track_creation: bool, collector: CycleCollector
+    session: Owner, *, safe_points: bool, track_creation: bool, collector: CycleCollector
 ) -> Callable[..., None]:
     """The op callback an active session installs: safe points, byte counting, creation sites."""
 
@@ -511,7 +532,7 @@ def make_op_callback(
             return
         if track_creation:
             where = user_code_location()
-            ownership = session._ownership
+            ownership = session.ownership
             # Generated ops' Python fallbacks pass the type as bytes (b"Fill"), the C path as str.
             op = op_type.decode() if isinstance(op_type, bytes) else str(op_type)
             for output in outputs:

@@ -170,8 +170,8 @@ def run_threads(target: Callable[[int], None], count: int = THREADS) -> None:
 
 
 def cleaner_stopped(session: EagerSession) -> bool:
-    cleaner = session._cleaner
-    return cleaner is None or not cleaner.is_alive()
+    cleaner = session.cleaner
+    return cleaner is None or not cleaner.thread.is_alive()
 
 
 # ---------------------------------------------------------------- concurrency

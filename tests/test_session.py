@@ -192,8 +192,8 @@ class TestDefaultSession:
 
     def test_default_session_cleaner_is_a_daemon(self) -> None:
         session = EagerSession.get_default()
-        assert session._cleaner is not None
-        assert session._cleaner.daemon
+        assert session.cleaner is not None
+        assert session.cleaner.thread.daemon
 
 
 # ---------------------------------------------------------------- contracts with real garbage
@@ -205,8 +205,8 @@ def test_referent_death_only_enqueues(make_session, strategy) -> None:
     referent = Referent()
     reference = CountingReference(session, referent)
     if strategy is IN_BACKGROUND:
-        session._stop_cleaner()  # hold the cleaner so the queue can be seen
-        session._cleaner.join(1)
+        assert session.cleaner is not None
+        session.cleaner.stop()  # hold the cleaner so the queue can be seen
     del referent
     assert not reference.deleted
     assert session.stats().pending == 1

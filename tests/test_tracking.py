@@ -21,6 +21,7 @@ from support import wait_until as wait_for
 
 from pytest_eagersession import EagerSession, NativeReference, ResourceCleanupStrategy
 from pytest_eagersession.survivors import Survivor
+from pytest_eagersession.tracking import CYCLE_BYTES_THRESHOLD
 
 tf = pytest.importorskip("tensorflow")
 
@@ -398,7 +399,7 @@ def test_cycles_holding_tensors_are_collected_as_tracked_bytes_grow(make_session
     else:
         assert not garbage_left
         if strategy is ON_SAFE_POINTS:  # one collection per threshold's worth of op outputs
-            per_collection = -(-session._collector.threshold // tensor_bytes)
+            per_collection = -(-CYCLE_BYTES_THRESHOLD // tensor_bytes)
             assert collections == count // per_collection
         # IN_BACKGROUND: the cleaner's full collection may have freed them, or the interpreter's
         # own one that the pacer brought forward (not counted); ON_SESSION_CLOSE shows that
@@ -447,9 +448,8 @@ class CountingReference(NativeReference):
 def test_eager_ops_are_safe_points_only_under_on_safe_points(make_session, strategy) -> None:
     session = make_session(strategy, track_creation=False)
     if strategy is IN_BACKGROUND:
-        session._stop_cleaner()  # so that only an op could delete it before close
-        assert session._cleaner is not None
-        session._cleaner.join(1)
+        assert session.cleaner is not None
+        session.cleaner.stop()  # so that only an op could delete it before close
     referent = Cyclic(None)
     reference = CountingReference(session, referent)
     with session:

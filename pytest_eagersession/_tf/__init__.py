@@ -1,4 +1,19 @@
-"""The one place that imports TensorFlow, lazily, with a message that says what to install."""
+"""Every touch of TensorFlow's and Keras's private API, and the one place importing TensorFlow.
+
+This module imports TensorFlow lazily, with a message that says what to install, and checks
+its version. The submodules, each importing TensorFlow's private modules on first use only:
+
+- ``classes``: which class is which kind of resource, and the one table of handle attributes;
+- ``context``: the eager context: executors, device policy, config, its caches;
+- ``callbacks``: op callbacks kept installed across threads (``execute.execute``);
+- ``resources``: destroying resource handles, the gradient registry, the replica-function
+  cache, the default graph;
+- ``opdefs``: the op registry and the graph-building helper of the op builder;
+- ``state``: TensorFlow's and Keras's module state (random generators, registries, tapes);
+- ``names``: the table of every private name used, what uses it, the versions tested.
+
+A TensorFlow upgrade is this folder to read, and ``tests/test_tf_names.py`` to run.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +34,12 @@ _INSTALL_HINT = (
 def is_loaded() -> bool:
     """Whether some code already imported TensorFlow (we never import it just to look)."""
     return "tensorflow" in sys.modules
+
+
+def is_ready() -> bool:
+    """Whether TensorFlow is fully imported (never import it, never look at it half-imported)."""
+    module = sys.modules.get("tensorflow")
+    return module is not None and hasattr(module, "Variable") and hasattr(module, "__version__")
 
 
 def tensorflow() -> ModuleType:

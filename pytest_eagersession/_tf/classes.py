@@ -1,0 +1,83 @@
+"""TensorFlow's classes as the tracker sees them: which kind each is, and where it keeps its handle.
+
+The kinds are plain strings, defined here once (``kinds`` re-exports them). The classes come from
+TensorFlow's private modules, imported on first use: the plugin never imports TensorFlow itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+TENSOR = "tensor"
+RESOURCE_HANDLE = "resource handle"
+VARIABLE = "variable"
+ITERATOR = "iterator"
+TABLE = "table"
+RESOURCE = "resource"
+FUNCTION = "function"
+
+
+def search_roots() -> tuple[type, ...]:
+    """Classes every resource is an instance of: eager tensors and trackable objects."""
+    from tensorflow.python.framework.ops import EagerTensor
+    from tensorflow.python.trackable.base import Trackable
+
+    return (EagerTensor, Trackable)
+
+
+def kind_bases() -> list[tuple[type, str]]:
+    """``(class, kind)`` pairs, most specific first: an object's kind is its first base's."""
+    from tensorflow.python.data.ops.iterator_ops import OwnedIterator
+    from tensorflow.python.eager.polymorphic_function.polymorphic_function import Function
+    from tensorflow.python.framework.ops import EagerTensor
+    from tensorflow.python.ops.lookup_ops import LookupInterface
+    from tensorflow.python.ops.variables import Variable
+    from tensorflow.python.trackable.resource import CapturableResource
+
+    return [
+        (EagerTensor, TENSOR),
+        (Variable, VARIABLE),
+        (OwnedIterator, ITERATOR),
+        (LookupInterface, TABLE),
+        (CapturableResource, RESOURCE),
+        (Function, FUNCTION),
+    ]
+
+
+@dataclass(frozen=True)
+class HandleAttribute:
+    """Where an object of one kind keeps the resource-handle tensor it owns."""
+
+    read: str
+    """The attribute to read the handle from (a variable's public ``handle``)."""
+    replace: str
+    """The attribute that holds it, to replace when the resource is destroyed."""
+
+
+#: The one table of handle attributes, by kind; kinds not listed own no handle.
+HANDLES = {
+    VARIABLE: HandleAttribute(read="handle", replace="_handle"),
+    ITERATOR: HandleAttribute(read="_iterator_resource", replace="_iterator_resource"),
+    TABLE: HandleAttribute(read="_resource_handle", replace="_resource_handle"),
+    RESOURCE: HandleAttribute(read="_resource_handle", replace="_resource_handle"),
+}
+
+
+def owned_handle(obj: Any, kind: str) -> Any:
+    """The resource-handle tensor an object owns (a variable's ``handle``), or None."""
+    attribute = HANDLES.get(kind)
+    if attribute is None:
+        return None
+    try:
+        return getattr(obj, attribute.read, None)
+    except Exception:
+        return None
+
+
+def tensor_nbytes(obj: Any) -> int:
+    """Bytes of an EagerTensor's buffer, 0 when unknown; cheap enough for the hot path."""
+    try:
+        return int(obj._num_elements()) * int(obj.dtype.size)
+    except Exception:
+        return 0

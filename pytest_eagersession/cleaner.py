@@ -1,0 +1,128 @@
+"""The ``IN_BACKGROUND`` cleaner: a daemon thread per session that deletes what died.
+
+It blocks on the session's garbage queue and wakes for work: a dead referent, a collection of
+cyclic garbage that the growth of tensor bytes made due, or the stop. While its session owns
+new objects, it also reads the process's resident memory every few milliseconds and paces the
+collector by it (``MemoryWatch``). It never lists the heap, and collections that start in it
+are not scanned (see ``tracking.Tracker``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+
+from pytest_eagersession._tf import is_ready as tensorflow_ready
+from pytest_eagersession.references import STOP, WAKE, ReferenceRegistry, report_failures
+from pytest_eagersession.tracking import TRACKER, CycleCollector, Owner, ResidentMemory
+
+#: How long stopping waits for the cleaner thread to end.
+CLEANER_JOIN_TIMEOUT_S = 5.0
+#: How often the cleaner of the session that owns new objects looks at the process's memory.
+CLEANER_POLL_S = 0.005
+
+_RESIDENT = ResidentMemory()
+
+
+class MemoryWatch:
+    """What the cleaner makes of the process's resident memory, read every few milliseconds.
+
+    Growth by the threshold where no scan looked yet has the next allocation start a
+    collection (of the young generation, by the interpreter, in the allocating thread). Growth
+    by ``FULL_EVERY`` thresholds since the last full collection means cycles promoted alive
+    into the oldest generation are dying there: the cleaner collects in full. A full collection
+    that frees less than a threshold doubles the growth the next one waits for, so that memory
+    the code keeps (a dataset, a model) does not make it collect in vain.
+    """
+
+    def __init__(self, collector: CycleCollector) -> None:
+        self._collector = collector
+        self._low: int | None = None
+        self._full_low: int | None = None
+        self._full_gap = collector.FULL_EVERY * collector.threshold
+
+    def look(self) -> None:
+        """Read the resident memory once and act on its growth."""
+        resident = _RESIDENT.read()
+        if resident is None:
+            return
+        threshold = self._collector.threshold
+        self._low = resident if self._low is None else min(self._low, resident)
+        self._full_low = resident if self._full_low is None else min(self._full_low, resident)
+        if resident - self._full_low >= self._full_gap:
+            self._collector.collect_full()
+            after = _RESIDENT.read() or resident
+            freed = resident - after
+            self._full_gap = (
+                self._collector.FULL_EVERY * threshold
+                if freed >= threshold
+                else min(2 * self._full_gap, 1 << 34)
+            )
+            self._low = self._full_low = after
+        elif resident - self._low >= threshold:
+            TRACKER.hurry()
+            self._low = resident
+
+
+class Cleaner:
+    """The background thread of one session, started at once; ``stop()`` ends it."""
+
+    def __init__(
+        self, owner: Owner, references: ReferenceRegistry, collector: CycleCollector
+    ) -> None:
+        self._owner = owner
+        self._references = references
+        self._collector = collector
+        self.thread = threading.Thread(
+            target=self._run, name=f"eagersession-cleaner-{id(owner):x}", daemon=True
+        )
+        """The daemon thread (tests join it)."""
+        self.thread.start()
+
+    def wake(self) -> None:
+        """Start watching memory afresh: the session was just activated."""
+        self._references.garbage_queue.put(WAKE)
+
+    def request_stop(self) -> None:
+        """Ask the thread to end once it has deleted what is queued before."""
+        self._references.garbage_queue.put(STOP)
+
+    def join(self) -> None:
+        """Wait for the thread to end (not from the thread itself), ``CLEANER_JOIN_TIMEOUT_S``."""
+        if self.thread is not threading.current_thread():
+            self.thread.join(CLEANER_JOIN_TIMEOUT_S)
+
+    def stop(self) -> None:
+        """Stop the thread and wait for it."""
+        self.request_stop()
+        self.join()
+
+    def _run(self) -> None:
+        references = self._references
+        garbage = references.garbage_queue
+        ident = threading.get_ident()
+        TRACKER.quiet_thread(ident)
+        memory = MemoryWatch(self._collector)
+        try:
+            while True:
+                watching = TRACKER.is_innermost(self._owner) and tensorflow_ready()
+                try:
+                    item = garbage.get(timeout=CLEANER_POLL_S) if watching else garbage.get()
+                except queue.Empty:
+                    memory.look()
+                    continue
+                if item is STOP:
+                    return
+                if item is WAKE:
+                    memory = MemoryWatch(self._collector)
+                    continue
+                failures: list[str] = []
+                if references.delete(item, failures):
+                    references.count_run()
+                # A warning filter set to "error" would raise here; nobody could catch it in
+                # this thread, and the count in stats() already records the failure.
+                with contextlib.suppress(Exception):
+                    report_failures(failures)
+        finally:
+            TRACKER.quiet_thread(ident, quiet=False)
