@@ -3,8 +3,9 @@
 It blocks on the session's garbage queue and wakes for work: a dead referent, a collection of
 cyclic garbage that the growth of tensor bytes made due, or the stop. While its session owns
 new objects, it also reads the process's resident memory every few milliseconds and paces the
-collector by it (``MemoryWatch``). It never lists the heap, and collections that start in it
-are not scanned (see ``tracking.Tracker``).
+collector by it (``MemoryWatch``), and by the tensor bytes the tracker's scans find
+(``Cleaner.pace``). It never lists the heap, and collections that start in it are not scanned
+(see ``tracking.Tracker``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pytest_eagersession.tracking import TRACKER, CycleCollector, Owner, Residen
 CLEANER_JOIN_TIMEOUT_S = 5.0
 #: How often the cleaner of the session that owns new objects looks at the process's memory.
 CLEANER_POLL_S = 0.005
+#: Scans keep pacing while each finds at least this fraction of the threshold in new tensors.
+PACING_FRACTION = 16
 
 _RESIDENT = ResidentMemory()
 
@@ -97,6 +100,16 @@ class Cleaner:
         """Stop the thread and wait for it."""
         self.request_stop()
         self.join()
+
+    def pace(self, generation: int, nbytes: int) -> bool:
+        """Pace the collector by ``nbytes`` of new tensors a scan at a collection found.
+
+        The full collections are the cleaner's (``MemoryWatch``). True to keep pacing: to scan
+        at every collection, while tensors come in bytes that matter.
+        """
+        if TRACKER.pace(generation, nbytes):
+            self._collector.count_early()
+        return nbytes >= self._collector.threshold // PACING_FRACTION
 
     def _run(self) -> None:
         references = self._references

@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
-import os
 import sys
 import threading
 import weakref
@@ -21,7 +20,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytest_eagersession import heap, survivors
 from pytest_eagersession._tf import context as tf_context
-from pytest_eagersession.cleaner import CLEANER_JOIN_TIMEOUT_S, CLEANER_POLL_S, Cleaner
+from pytest_eagersession.activations import OPEN_SESSIONS, thread_activations
+from pytest_eagersession.cleaner import Cleaner
 from pytest_eagersession.errors import SessionClosedError
 from pytest_eagersession.kinds import tensorflow_ready
 from pytest_eagersession.operations import EagerOperationBuilder
@@ -46,20 +46,12 @@ if TYPE_CHECKING:
     from pytest_eagersession.assertions import RunGrowth
 
 __all__ = [
-    "CLEANER_JOIN_TIMEOUT_S",
-    "CLEANER_POLL_S",
-    "PACING_FRACTION",
     "EagerSession",
     "GarbageQueue",
     "Options",
     "SessionOptions",
     "SessionStats",
 ]
-
-#: Scans keep pacing while each finds at least this fraction of the threshold in new tensors.
-PACING_FRACTION = 16
-
-_ACTIVATIONS = threading.local()
 
 
 class SessionOptions:
@@ -146,7 +138,7 @@ class SessionOptions:
 
 _BUILD_KEY = object()
 Options = SessionOptions
-_OPEN_SESSIONS: weakref.WeakSet[EagerSession] = weakref.WeakSet()
+_OPEN_SESSIONS: weakref.WeakSet[EagerSession] = OPEN_SESSIONS
 
 
 class EagerSession:
@@ -327,17 +319,14 @@ class EagerSession:
     def note_young_bytes(self, generation: int, nbytes: int) -> bool:
         """A scan at the start of a ``generation`` collection found ``nbytes`` of new tensors.
 
-        Under ``IN_BACKGROUND`` the collector's pace follows them (and the cleaner runs the
-        full collections, see ``cleaner.MemoryWatch``); the other strategies leave the pace alone
-        (``ON_SAFE_POINTS`` counts the bytes at its safe points). True to keep pacing: to scan
-        at every collection, while tensors come in bytes that matter. The tracker calls it.
+        Under ``IN_BACKGROUND`` its cleaner paces the collector by them (``Cleaner.pace``); the
+        other strategies leave the pace alone (``ON_SAFE_POINTS`` counts the bytes at its safe
+        points). True to keep pacing: to scan at every collection. The tracker calls it.
         """
-        if self._strategy is not ResourceCleanupStrategy.IN_BACKGROUND or self._closed:
+        if self._cleaner is None or self._closed:
             TRACKER.pace(generation, 0)
             return False
-        if TRACKER.pace(generation, nbytes):
-            self._collector.count_early()
-        return nbytes >= self._collector.threshold // PACING_FRACTION
+        return self._cleaner.pace(generation, nbytes)
 
     # ----------------------------------------------------------------- TensorFlow scope
 
@@ -461,14 +450,14 @@ class EagerSession:
         TRACKER.push(self)
         if self._freezer is not None:
             self._freezer.freeze()
-        _thread_activations().append((self, stack))
+        thread_activations().append((self, stack))
         if self._cleaner is not None:
             self._cleaner.wake()  # watch memory from now on
         return self
 
     def deactivate(self) -> None:
         """Undo the matching ``activate()`` of this thread (innermost first)."""
-        activations = _thread_activations()
+        activations = thread_activations()
         if not activations or activations[-1][0] is not self:
             raise RuntimeError(
                 f"{self!r} is not the innermost active session of this thread; "
@@ -488,7 +477,7 @@ class EagerSession:
         return TRACKER.is_active(self)
 
     def _deactivate_everywhere(self) -> None:
-        activations = _thread_activations()
+        activations = thread_activations()
         while any(session is self for session, _ in activations):
             session, stack = activations.pop()
             try:
@@ -591,31 +580,9 @@ class EagerSession:
         return self._check.find(since, release=release)
 
 
-def _thread_activations() -> list[tuple[EagerSession, contextlib.ExitStack]]:
-    activations: list[tuple[EagerSession, contextlib.ExitStack]] | None = getattr(
-        _ACTIVATIONS, "stack", None
-    )
-    if activations is None:
-        activations = _ACTIVATIONS.stack = []
-    return activations
-
-
 @atexit.register
 def _close_sessions_left_open() -> None:
     """Close sessions that careless code left open, default included, without raising."""
     for session in list(_OPEN_SESSIONS):
         with contextlib.suppress(Exception):
             session._close()
-
-
-def _abandon_sessions_after_fork() -> None:
-    """A forked child inherits the parent's sessions but not their threads: they are not its own.
-
-    Closing them at the child's exit would run the parent's deleters (and TensorFlow, which is
-    not fork-safe) in the child; the parent still owns and closes them.
-    """
-    _OPEN_SESSIONS.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_abandon_sessions_after_fork)
