@@ -13,6 +13,7 @@ from pytest_eagersession.errors import (
 from pytest_eagersession.operations import EagerOperation, EagerOperationBuilder, Output
 from pytest_eagersession.references import NativeReference
 from pytest_eagersession.session import EagerSession, Options, SessionOptions, SessionStats
+from pytest_eagersession.session_settings import SessionSettings
 from pytest_eagersession.strategies import DevicePlacementPolicy, ResourceCleanupStrategy
 from pytest_eagersession.survivors import Survivor
 
@@ -28,6 +29,7 @@ __all__ = [
     "ResourceCleanupWarning",
     "SessionClosedError",
     "SessionOptions",
+    "SessionSettings",
     "SessionStats",
     "Survivor",
     "TensorFlowMissingError",

@@ -101,10 +101,17 @@ def referents(objects: Sequence[object]) -> list[object]:
     return found
 
 
-def reachable(roots: Iterable[object], *, limit: int, opaque: Callable[[object], bool]) -> set[int]:
+def reachable(
+    roots: Iterable[object],
+    *,
+    limit: int,
+    opaque: Callable[[object], bool],
+    leaves: Callable[[object], bool] | None = None,
+) -> set[int]:
     """Ids of what ``roots`` reach through ``referents``, not through ``opaque`` objects.
 
-    Breadth first, up to about ``limit`` objects; the objects themselves are dropped.
+    Breadth first, up to about ``limit`` objects; the objects themselves are dropped. An object
+    ``leaves`` accepts is reached but not walked through.
     """
     seen: set[int] = set()
     frontier = [root for root in roots if not opaque(root)]
@@ -114,7 +121,8 @@ def reachable(roots: Iterable[object], *, limit: int, opaque: Callable[[object],
             for obj in frontier:
                 if id(obj) not in seen:
                     seen.add(id(obj))
-                    fresh.append(obj)
+                    if leaves is None or not leaves(obj):
+                        fresh.append(obj)
             frontier = [child for child in referents(fresh) if not opaque(child)]
             del fresh
     finally:

@@ -7,7 +7,6 @@ tensor-pinning caches, op callbacks) lives in ``_tf``; its names stay importable
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import gc
 import itertools
@@ -251,8 +250,8 @@ def tensors_held_by_others(alive: Sequence[tuple[object, str, int]]) -> set[int]
 
     A parked iterator holds its dataset's tensors, a tf.function the tensors it captured:
     reporting the holder says it all, and destroying it (or detaching or allowing it) covers
-    them. The walk follows references but stops at modules, classes and module dictionaries,
-    so that a function's globals never make a module-level tensor look held.
+    them. The walk (``heap.reachable``) stops at the tensors, and at modules, classes and
+    module dictionaries, so that a function's globals never make a module-level tensor look held.
     """
     tensors = {id(obj) for obj, kind, _ in alive if kind == TENSOR}
     roots = [obj for obj, kind, _ in alive if kind != TENSOR]
@@ -260,24 +259,17 @@ def tensors_held_by_others(alive: Sequence[tuple[object, str, int]]) -> set[int]
         return set()
     namespaces = (getattr(module, "__dict__", None) for module in list(sys.modules.values()))
     stops = {id(namespace) for namespace in namespaces if namespace is not None}
-    seen = {id(root) for root in roots}
-    queue = collections.deque(roots)
-    held: set[int] = set()
+
+    def opaque(obj: object) -> bool:
+        return id(obj) in stops or isinstance(obj, (type, types.ModuleType))
+
     try:
-        while queue and len(seen) < HOLD_WALK_LIMIT:
-            for referent in gc.get_referents(queue.popleft()):
-                key = id(referent)
-                if key in seen:
-                    continue
-                seen.add(key)
-                if key in tensors:
-                    held.add(key)
-                elif key not in stops and not isinstance(referent, (type, types.ModuleType)):
-                    queue.append(referent)
+        reached = heap.reachable(
+            roots, limit=HOLD_WALK_LIMIT, opaque=opaque, leaves=lambda obj: id(obj) in tensors
+        )
     finally:
-        queue.clear()
         del roots
-    return held
+    return reached & tensors
 
 
 def destroy_resources(survivors: Iterable[Survivor]) -> int:

@@ -10,6 +10,7 @@ its version. The submodules, each importing TensorFlow's private modules on firs
   cache, the default graph;
 - ``opdefs``: the op registry and the graph-building helper of the op builder;
 - ``state``: TensorFlow's and Keras's module state (random generators, registries, tapes);
+- ``tracing`` and ``devices`` (the assertions' trace detection and device memory, once moved);
 - ``names``: the table of every private name used, what uses it, the versions tested.
 
 A TensorFlow upgrade is this folder to read, and ``tests/test_tf_names.py`` to run.
