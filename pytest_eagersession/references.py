@@ -12,6 +12,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pytest_eagersession.errors import ResourceCleanupWarning, SessionClosedError
@@ -46,14 +47,10 @@ class ReferenceRegistry:
         self._references: dict[int, NativeReference] = {}
         self._lock = threading.Lock()
         self._closed = False
-        self.peak = 0
-        """The most references registered at once."""
-        self.deleted = 0
-        """References deleted so far."""
-        self.cleanup_runs = 0
-        """Cleanup passes that deleted something."""
-        self.cleanup_errors = 0
-        """``delete()`` calls that raised."""
+        self._peak = 0
+        self._deleted = 0
+        self._cleanup_runs = 0
+        self._cleanup_errors = 0
 
     def register(self, reference: NativeReference) -> None:
         """Keep ``reference`` until it is deleted or cleared; ``SessionClosedError`` once closed."""
@@ -61,7 +58,7 @@ class ReferenceRegistry:
             if self._closed:
                 raise SessionClosedError()
             self._references[id(reference)] = reference
-            self.peak = max(self.peak, len(self._references))
+            self._peak = max(self._peak, len(self._references))
 
     def holds(self, reference: NativeReference) -> bool:
         """Whether ``reference`` is registered here (not deleted, not cleared)."""
@@ -72,7 +69,7 @@ class ReferenceRegistry:
         with self._lock:
             removed = self._references.pop(id(reference), None) is not None
             if removed and deleting:
-                self.deleted += 1
+                self._deleted += 1
             return removed
 
     def delete(self, reference: NativeReference, failures: list[str]) -> bool:
@@ -83,14 +80,14 @@ class ReferenceRegistry:
             reference.delete()
         except Exception as error:  # a faulty deleter must not stop the cleanup
             with self._lock:
-                self.cleanup_errors += 1
+                self._cleanup_errors += 1
             failures.append(f"{reference!r}.delete() raised {type(error).__name__}: {error}")
         return True
 
     def count_run(self) -> None:
         """Count one cleanup pass that deleted something."""
         with self._lock:
-            self.cleanup_runs += 1
+            self._cleanup_runs += 1
 
     def drain(self) -> None:
         """Delete what is in the garbage queue now, without waiting; warn about failures."""
@@ -131,8 +128,30 @@ class ReferenceRegistry:
         size = getattr(self.garbage_queue, "qsize", None)
         return int(size()) if callable(size) else 0
 
+    def counts(self) -> ReferenceCounts:
+        """The counts at one instant."""
+        with self._lock:
+            return ReferenceCounts(
+                len(self._references),
+                self._peak,
+                self._deleted,
+                self._cleanup_runs,
+                self._cleanup_errors,
+            )
+
     def __len__(self) -> int:
         return len(self._references)
+
+
+@dataclass(frozen=True)
+class ReferenceCounts:
+    """What a ``ReferenceRegistry`` counted (``SessionStats`` has the meaning of each)."""
+
+    registered: int
+    peak_registered: int
+    deleted: int
+    cleanup_runs: int
+    cleanup_errors: int
 
 
 def report_failures(failures: list[str]) -> None:

@@ -277,14 +277,14 @@ class EagerSession:
         """A snapshot of the session's counts."""
         if TRACKER.is_active(self):
             TRACKER.discover()  # count what was made since the last scan, not only what was seen
-        references = self._references
+        counts = self._references.counts()
         return SessionStats(
-            registered=len(references),
-            peak_registered=references.peak,
-            deleted=references.deleted,
-            pending=references.pending(),
-            cleanup_runs=references.cleanup_runs,
-            cleanup_errors=references.cleanup_errors,
+            registered=counts.registered,
+            peak_registered=counts.peak_registered,
+            deleted=counts.deleted,
+            pending=self._references.pending(),
+            cleanup_runs=counts.cleanup_runs,
+            cleanup_errors=counts.cleanup_errors,
             tracked=self._ownership.seq,
             cycle_collections=self._collector.collections,
         )
