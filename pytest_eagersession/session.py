@@ -19,7 +19,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytest_eagersession import heap, survivors
+from pytest_eagersession._tf import callbacks as tf_callbacks
 from pytest_eagersession._tf import context as tf_context
+from pytest_eagersession._tf import resources as tf_resources
 from pytest_eagersession.activations import OPEN_SESSIONS, thread_activations
 from pytest_eagersession.cleaner import Cleaner
 from pytest_eagersession.errors import SessionClosedError
@@ -433,12 +435,12 @@ class EagerSession:
         stack = contextlib.ExitStack()
         if tensorflow_ready():
             self._check.begin()
-            stack.enter_context(survivors.fresh_default_graph())
+            stack.enter_context(tf_resources.fresh_default_graph())
             stack.enter_context(self.execution_scope())
             track_creation = self._settings.track_creation
             if track_creation or self._strategy is ResourceCleanupStrategy.ON_SAFE_POINTS:
                 stack.enter_context(
-                    survivors.op_callback(
+                    tf_callbacks.op_callback(
                         make_op_callback(
                             self,
                             safe_points=self._strategy is ResourceCleanupStrategy.ON_SAFE_POINTS,
