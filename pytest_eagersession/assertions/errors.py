@@ -15,7 +15,7 @@ _PUBLIC_MODULE = "pytest_eagersession.assertions"
 
 
 class EagerAssertionError(AssertionError):
-    """A failed check of this module; ``str()`` is the whole report."""
+    """A failed check of ``pytest_eagersession.assertions``; ``str()`` is the whole report."""
 
     __module__ = _PUBLIC_MODULE
 

@@ -1,4 +1,4 @@
-"""Where a check runs: the session that owns what it makes, and the gc state it leaves as found."""
+"""Where a check runs: the session owning what it makes, the gc state it restores, its name."""
 
 from __future__ import annotations
 
