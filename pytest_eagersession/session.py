@@ -16,7 +16,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from pytest_eagersession import heap, survivors
 from pytest_eagersession._tf import callbacks as tf_callbacks
@@ -43,9 +43,6 @@ from pytest_eagersession.tracking import (
     Ownership,
     make_op_callback,
 )
-
-if TYPE_CHECKING:
-    from pytest_eagersession.assertions import RunGrowth
 
 __all__ = [
     "EagerSession",
@@ -541,31 +538,6 @@ class EagerSession:
     def detach(self, obj: object) -> None:
         """Declare ``obj`` expected to outlive the session: not reported, not destroyed."""
         self._check.detach(obj)
-
-    def assert_no_leaks(self, since: int = 0, *, allow: AllowFilter | None = None) -> None:
-        """Fail if what was made after checkpoint ``since`` is still alive (the plugin's report).
-
-        See ``pytest_eagersession.assertions.assert_no_leaks``; raises ``LeakAssertionError``.
-        """
-        from pytest_eagersession.assertions import assert_no_leaks
-
-        assert_no_leaks(self, since=since, allow=allow)
-
-    def assert_no_growth(
-        self,
-        fn: Callable[[], object],
-        *,
-        warmup: int = 2,
-        runs: int = 5,
-        allow: AllowFilter | None = None,
-    ) -> tuple[RunGrowth, ...]:
-        """Call ``fn`` repeatedly in this session; fail if each run leaves objects alive.
-
-        See ``pytest_eagersession.assertions.assert_no_growth``; raises ``GrowthError``.
-        """
-        from pytest_eagersession.assertions import assert_no_growth
-
-        return assert_no_growth(fn, warmup=warmup, runs=runs, session=self, allow=allow)
 
     def known_retention(self) -> tuple[str, ...]:
         """What TensorFlow's own known leaks kept of the session's objects and it released.

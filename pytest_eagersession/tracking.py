@@ -327,11 +327,8 @@ class Tracker:
         """The shared type-to-kind classifier."""
         return self._classifier
 
-    def owner(self) -> Any:
-        """The session new objects belong to: the latest activated, else the default one.
-
-        An ``Owner`` (an ``EagerSession``, typed ``Any`` so that callers need not cast), or None.
-        """
+    def owner(self) -> Owner | None:
+        """The session new objects belong to: the latest activated, else the default one."""
         active = self._active
         return active[-1] if active else self._fallback
 

@@ -15,8 +15,6 @@ from pytest_eagersession._tf import names
 from pytest_eagersession._tf.names import NAMES, PRIVATE_PACKAGES, PrivateName
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_eagersession"
-#: Modules still being moved into ``_tf`` by another change (the lead removes this at merge).
-TEMPORARY_EXEMPT = ("assertions",)
 
 _PRIVATE_PATH = re.compile(
     r"\b(?:" + "|".join(re.escape(package) for package in PRIVATE_PACKAGES) + r")\b"
@@ -81,7 +79,7 @@ def test_the_tested_versions_are_the_support_range() -> None:
 
 def _modules_outside_tf() -> Iterator[Path]:
     for path in sorted(PACKAGE.rglob("*.py")):
-        if "_tf" not in path.relative_to(PACKAGE).parts and path.stem not in TEMPORARY_EXEMPT:
+        if "_tf" not in path.relative_to(PACKAGE).parts:
             yield path
 
 

@@ -79,11 +79,16 @@ NAMES: tuple[PrivateName, ...] = (
     PrivateName(_CONTEXT, "DEVICE_PLACEMENT_SILENT_FOR_INT32", "context.device_policy"),
     PrivateName(_CONTEXT, "async_wait", "context.clear_caches"),
     PrivateName("tensorflow.python.eager.executor", "new_executor", "context.new_executor"),
-    PrivateName(_CONTEXT, "_context_handle", "context.initialized; assertions", of="context"),
+    PrivateName(
+        _CONTEXT,
+        "_context_handle",
+        "context.initialized (tracing.initialized_context too)",
+        of="context",
+    ),
     PrivateName(_CONTEXT, "_config", "context.apply_config", of="context"),
     PrivateName(_CONTEXT, "_clear_caches", "context.clear_caches", of="context"),
     PrivateName(_CONTEXT, "clear_kernel_cache", "context.clear_caches", of="context"),
-    PrivateName(_CONTEXT, "list_function_names", "assertions (traces)", of="context"),
+    PrivateName(_CONTEXT, "list_function_names", "tracing.registered_function_names", of="context"),
     # callbacks: op callbacks across threads
     PrivateName(_CONTEXT, "add_op_callback", "callbacks.op_callback", of="context"),
     PrivateName(_CONTEXT, "remove_op_callback", "callbacks.op_callback", of="context"),
@@ -166,19 +171,24 @@ NAMES: tuple[PrivateName, ...] = (
     PrivateName(
         "tensorflow.python.eager.backprop", "_tape", "state.is_recording_persistent", of="tape"
     ),
-    # traces: used by assertions (moving into _tf)
+    # tracing: trace counting and where a trace came from. ``tracing._trace_origin`` also reads
+    # the locals of ``_maybe_define_function``'s frame (``tracing_options``, with its
+    # ``function_cache``, ``python_function`` and ``scope_type``) and of ``Function`` methods
+    # (``self``), and leaves out functions defined under ``tensorflow/python/data/``.
     PrivateName(
-        f"{_POLYMORPHIC}.transform", "CONCRETE_FUNCTION_CALLBACKS", "assertions (trace counting)"
+        f"{_POLYMORPHIC}.transform",
+        "CONCRETE_FUNCTION_CALLBACKS",
+        "tracing.add_trace_callback, tracing.remove_trace_callback",
     ),
     PrivateName(
         f"{_POLYMORPHIC}.tracing_compilation",
         "_maybe_define_function",
-        "assertions (trace origin, by frame name)",
+        "tracing._trace_origin (by frame name)",
     ),
     PrivateName(
         f"{_POLYMORPHIC}.polymorphic_function",
         "_function_cache",
-        "assertions (trace origin)",
+        "tracing._trace_origin",
         of="function",
     ),
 )

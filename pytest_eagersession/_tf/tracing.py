@@ -14,6 +14,8 @@ import types
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from pytest_eagersession._tf import context
+
 #: Where TensorFlow's ``tf.data`` code lives: the functions it traces for itself are its own.
 _TF_DATA_DIR = "/tensorflow/python/data/"
 
@@ -121,12 +123,10 @@ def signature_text(concrete: Any) -> str:
 
 def initialized_context() -> Any | None:
     """TensorFlow's eager context, or None while it is not initialized (no devices yet)."""
-    from tensorflow.python.eager import context
+    from tensorflow.python.eager import context as context_module
 
-    ctx = context.context()
-    if getattr(ctx, "_context_handle", None) is None:
-        return None
-    return ctx
+    ctx = context_module.context()
+    return ctx if context.initialized(ctx) else None
 
 
 def registered_function_names() -> frozenset[str]:

@@ -13,12 +13,11 @@ from itertools import chain
 from typing import TYPE_CHECKING
 
 from pytest_eagersession.assertions.errors import LeakAssertionError
-from pytest_eagersession.assertions.scope import preserved_gc_state
+from pytest_eagersession.assertions.scope import active_session, preserved_gc_state
 from pytest_eagersession.explain import DEFAULT_BUDGET_S, Explanation, explain_all
 from pytest_eagersession.holders import PACKAGE_DIR
 from pytest_eagersession.report import LeakRecord, build_records, render
 from pytest_eagersession.survivors import AllowFilter, Survivor, check_allow_filter
-from pytest_eagersession.tracking import TRACKER
 
 if TYPE_CHECKING:
     from pytest_eagersession.session import EagerSession
@@ -38,8 +37,8 @@ def assert_no_leaks(
     cycles are collected first; nothing is destroyed. Raises ``LeakAssertionError``.
     """
     if session is None:
-        session = TRACKER.owner()
-        if session is None or not TRACKER.is_active(session):
+        session = active_session()
+        if session is None:
             raise RuntimeError("assert_no_leaks: no eager session is active; pass one")
     with preserved_gc_state():
         leaks = leaks_since(session, since, None, allow)

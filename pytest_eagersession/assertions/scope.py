@@ -5,12 +5,17 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
+from pytest_eagersession.session import EagerSession
 from pytest_eagersession.tracking import TRACKER
 
-if TYPE_CHECKING:
-    from pytest_eagersession.session import EagerSession
+
+def active_session() -> EagerSession | None:
+    """The session that owns new objects now, if one is active (the plugin's, under pytest)."""
+    owner = TRACKER.owner()
+    if isinstance(owner, EagerSession) and TRACKER.is_active(owner):
+        return owner
+    return None
 
 
 @contextlib.contextmanager
@@ -48,12 +53,10 @@ def owning_session(session: EagerSession | None) -> Iterator[EagerSession]:
         finally:
             session.deactivate()
         return
-    owner = TRACKER.owner()
-    if owner is not None and TRACKER.is_active(owner) and not owner.closed:
+    owner = active_session()
+    if owner is not None and not owner.closed:
         yield owner
         return
-    from pytest_eagersession.session import EagerSession
-
     temporary = (
         EagerSession.options()
         .resource_cleanup_strategy("on_session_close")
