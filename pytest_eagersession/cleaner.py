@@ -37,6 +37,10 @@ class MemoryWatch:
     into the oldest generation are dying there: the cleaner collects in full. A full collection
     that frees less than a threshold doubles the growth the next one waits for, so that memory
     the code keeps (a dataset, a model) does not make it collect in vain.
+
+    A collection in the cleaner promotes the young objects without a scan (the cleaner never
+    lists the heap), so the full one waits for a scan: it hurries the collector, and collects
+    as soon as a thread that may scan has looked at the young generations since.
     """
 
     def __init__(self, collector: CycleCollector) -> None:
@@ -44,6 +48,7 @@ class MemoryWatch:
         self._low: int | None = None
         self._full_low: int | None = None
         self._full_gap = collector.FULL_EVERY * collector.threshold
+        self._full_after_scan: int | None = None  # the scan count a full collection waits past
 
     def look(self) -> None:
         """Read the resident memory once and act on its growth."""
@@ -53,19 +58,29 @@ class MemoryWatch:
         threshold = self._collector.threshold
         self._low = resident if self._low is None else min(self._low, resident)
         self._full_low = resident if self._full_low is None else min(self._full_low, resident)
-        if resident - self._full_low >= self._full_gap:
-            self._collector.collect_full()
-            after = _RESIDENT.read() or resident
-            freed = resident - after
-            self._full_gap = (
-                self._collector.FULL_EVERY * threshold
-                if freed >= threshold
-                else min(2 * self._full_gap, 1 << 34)
-            )
-            self._low = self._full_low = after
+        if self._full_after_scan is not None or resident - self._full_low >= self._full_gap:
+            self._collect_full_after_a_scan(resident, threshold)
         elif resident - self._low >= threshold:
             TRACKER.hurry()
             self._low = resident
+
+    def _collect_full_after_a_scan(self, resident: int, threshold: int) -> None:
+        if self._full_after_scan is None:
+            self._full_after_scan = TRACKER.scans
+            TRACKER.hurry()
+            return
+        if TRACKER.scans == self._full_after_scan:
+            return  # no scan yet: the young objects would be promoted unseen
+        self._full_after_scan = None
+        self._collector.collect_full()
+        after = _RESIDENT.read() or resident
+        freed = resident - after
+        self._full_gap = (
+            self._collector.FULL_EVERY * threshold
+            if freed >= threshold
+            else min(2 * self._full_gap, 1 << 34)
+        )
+        self._low = self._full_low = after
 
 
 class Cleaner:

@@ -259,6 +259,32 @@ class CollectionPacer:
                 gc.set_threshold(*wanted)
             self._set = wanted
 
+    def spare_older(self) -> None:
+        """Keep the collection after this one, of the youngest generation, from taking older ones.
+
+        Called where a collection of the youngest generation starts in a thread that may not
+        scan (a cleaner). Each such collection brings the middle generation's collection
+        nearer; if the next one, started in that thread too, took the middle or the oldest
+        generation, the young objects would be promoted unseen and never attributed. So their
+        thresholds are raised just past their counts; the next scan, in a thread that may scan,
+        puts them back (``observe``), and until then the collections that come are the young
+        generation's alone.
+        """
+        with self._lock:
+            current = self._current()
+            if not gc.isenabled() or current[0] <= 0:
+                return
+            young, middle, oldest, *rest = current
+            _, middle_count, oldest_count = gc.get_count()
+            # This collection adds one to the middle count; the next one takes the middle
+            # generation once that count passes its threshold (the oldest likewise).
+            middle = max(middle, middle_count + 2)
+            oldest = max(oldest, oldest_count + 1)
+            wanted = (young, middle, oldest, *rest)
+            if wanted != current:
+                gc.set_threshold(*wanted)
+            self._set = wanted
+
     def _current(self) -> tuple[int, ...]:
         current = gc.get_threshold()
         if current != self._set:
@@ -321,11 +347,17 @@ class Tracker:
         self._scanning = False
         self._own_collection = False
         self._pacer = CollectionPacer()
+        self._scans = 0
 
     @property
     def classifier(self) -> Classifier:
         """The shared type-to-kind classifier."""
         return self._classifier
+
+    @property
+    def scans(self) -> int:
+        """How many scans of the young generations have run so far (a counter, never reset)."""
+        return self._scans
 
     def owner(self) -> Owner | None:
         """The session new objects belong to: the latest activated, else the default one."""
@@ -406,6 +438,7 @@ class Tracker:
         finally:
             self._scanning = False
         self._young_seen = True
+        self._scans += 1
         if generation is not None:
             # Pacing stops after a few scans in a row found little: one right after another
             # collection finds little by itself.
@@ -441,6 +474,10 @@ class Tracker:
         if phase != "start":
             return
         generation = info["generation"]
+        if generation == 0 and self.in_quiet_thread():
+            self._young_seen = False
+            self._pacer.spare_older()
+            return
         if generation >= 1 or self._pacing or self._own_collection:
             self.discover(None if self._own_collection else generation)
         else:

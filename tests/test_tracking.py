@@ -854,3 +854,77 @@ def test_keras_global_seed_generator_is_not_a_leak(make_session, fresh_keras_see
         assert keras.layers.Dropout(0.5)(tf.ones([4]), training=True).shape == (4,)
     assert session.close() == ()
     assert keras.random.uniform([2]).shape == (2,)  # its state variable still works
+
+
+class _Tracked:
+    """An object the collector tracks."""
+
+
+def test_collections_in_a_cleaner_thread_never_promote_unseen_objects(make_session) -> None:
+    """A thread that may not scan (a cleaner) starts only young collections while one is active.
+
+    Its collections of the young generation bring the older ones' nearer; were one of those to
+    start there too, the tensor below would be promoted unseen and never be the session's.
+    """
+    from pytest_eagersession.tracking import TRACKER
+
+    session = make_session()
+    started: list[tuple[int, int]] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started.append((TRACKER.in_quiet_thread(), info["generation"]))
+
+    def allocate_in_a_quiet_thread() -> None:
+        TRACKER.quiet_thread(threading.get_ident())
+        try:
+            for _ in range(2000):
+                _Tracked(), _Tracked()  # instances come from no free list: each is allocated
+        finally:
+            TRACKER.quiet_thread(threading.get_ident(), quiet=False)
+
+    thresholds = gc.get_threshold()
+    with session:
+        kept = tf.ones((3,))
+        gc.set_threshold(1, 2, 2)
+        gc.callbacks.append(note)
+        try:
+            quiet = threading.Thread(target=allocate_in_a_quiet_thread)
+            quiet.start()
+            quiet.join()
+        finally:
+            gc.callbacks.remove(note)
+            gc.set_threshold(*thresholds)
+    in_quiet = [generation for quiet_thread, generation in started if quiet_thread]
+    assert len(in_quiet) > 10  # the thread did start collections
+    assert set(in_quiet) == {0}
+    assert [row(s) for s in session.close()] == [
+        ("tensor", "EagerTensor", None, "float32", "[3]", 12)
+    ]
+    del kept
+
+
+def test_the_cleaner_collects_in_full_only_after_a_scan(monkeypatch) -> None:
+    """A full collection from the cleaner would promote unscanned objects: it waits for a scan."""
+    from pytest_eagersession import cleaner
+    from pytest_eagersession.tracking import TRACKER, CycleCollector
+
+    collector = CycleCollector(threshold=MIB)
+    collections: list[int] = []
+    monkeypatch.setattr(collector, "collect_full", lambda: collections.append(1))
+    resident = [100 * MIB]
+    monkeypatch.setattr(cleaner._RESIDENT, "read", lambda: resident[0])
+    scans = [0]
+    monkeypatch.setattr(type(TRACKER), "scans", property(lambda _: scans[0]))
+    monkeypatch.setattr(TRACKER, "hurry", lambda: None)
+    watch = cleaner.MemoryWatch(collector)
+    watch.look()
+    resident[0] += 4 * MIB  # past FULL_EVERY thresholds: a full collection is due
+    watch.look()
+    watch.look()
+    assert collections == []  # no scan yet
+    scans[0] += 1
+    watch.look()
+    assert collections == [1]
+    watch.look()
+    assert collections == [1]
