@@ -304,11 +304,8 @@ HYGIENE_CONFTEST = """
         return _ours
 
     def _open_scope_sessions(config):
-        manager = config.pluginmanager.get_plugin("eagersession-manager")
-        return {
-            f"eagersession-cleaner-{id(session):x}"
-            for session, _ in manager._scope_sessions.values()
-        }
+        scopes = config.pluginmanager.get_plugin("eagersession-scopes")
+        return {f"eagersession-cleaner-{id(session):x}" for session in scopes.open_sessions()}
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item, nextitem):
