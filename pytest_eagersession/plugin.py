@@ -52,6 +52,9 @@ _TESTS_PLUGIN = "eagersession-manager"
 _SCOPES_PLUGIN = "eagersession-scopes"
 _SUMMARY_PLUGIN = "eagersession-summary"
 
+#: Set (True) on a test's teardown report when leaks failed it; plain data, so xdist carries it.
+LEAKED_ATTRIBUTE = "eagersession_leaked"
+
 _SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
@@ -135,10 +138,6 @@ def pytest_report_teststatus(
     if report.when == "teardown" and report.failed and getattr(report, LEAKED_ATTRIBUTE, False):
         return "error", "L", ("LEAKED", {"red": True})
     return None
-
-
-#: Set (True) on a test's teardown report when leaks failed it; plain data, so xdist carries it.
-LEAKED_ATTRIBUTE = "eagersession_leaked"
 
 
 class TestSessions:
