@@ -22,7 +22,7 @@ from support import CHAIN_BUDGET, LEAKY
 
 from pytest_eagersession import SessionStats
 from pytest_eagersession.report import LeakRecord, render
-from pytest_eagersession.settings import OPTIONS
+from pytest_eagersession.settings import OPTIONS, LeakMode, Settings, SettingsError, resolve
 from pytest_eagersession.verdicts import PYTEST_ADVICE
 
 # The inner runs' TensorFlow objects are checked by the inner plugin. What they make outside
@@ -82,6 +82,23 @@ def test_help_lists_the_options(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(
         ["*eagersession_strategy*", "*eagersession_leaks*", "*eagersession_retention*"]
     )
+
+
+def test_each_setting_is_named_once_in_the_option_table() -> None:
+    names = [option.name for option in OPTIONS]
+    fields = [option.field for option in OPTIONS]
+    assert len(set(names)) == len(names)
+    assert sorted(fields) == sorted(
+        field.name for field in dataclasses.fields(Settings) if field.name != "chain_depth"
+    )
+
+
+def test_leak_modes_are_an_enum_that_takes_the_same_words() -> None:
+    assert [mode.value for mode in LeakMode] == ["fail", "warn", "off"]
+    assert resolve({"leaks": " WARN "}, {}).leaks is LeakMode.WARN
+    assert resolve({}, {"leaks": "off"}).leaks is LeakMode.OFF
+    with pytest.raises(SettingsError, match="unknown leaks mode 'never'; choose one of fail, "):
+        resolve({"leaks": "never"}, {})
 
 
 def test_markers_lists_the_cleanup_marker(pytester: pytest.Pytester) -> None:
