@@ -46,6 +46,8 @@ FILLED_BY_USER_CODE = (
 
 #: Seconds the one walk for a report's holders may take, unless told otherwise.
 DEFAULT_BUDGET_S = 5.0
+#: How a search that ran out of time can be given more, unless the caller words it otherwise.
+MORE_TIME = "a larger budget_s searches longer"
 
 NO_HOLDER = (
     "no Python holder: nothing reachable from a module, a running frame or the test framework "
@@ -66,8 +68,8 @@ class Explanation:
     """How long the search took."""
     timed_out: bool = False
     """The search ran out of time before it found a root."""
-    more_time: str | None = "-v searches longer"
-    """How to give the search more time, said when it ran out."""
+    more_time: str | None = MORE_TIME
+    """How to give the search more time, said when it ran out (in the caller's words)."""
     root: str | None = None
     """What the chain starts at: ``"module"``, ``"frame"`` (a running frame's locals) or
     ``"framework"`` (the test framework's state)."""
@@ -103,7 +105,7 @@ def explain(
     budget_s: float = DEFAULT_BUDGET_S,
     stack: Sequence[types.FrameType] = (),
     framework: Sequence[Root] = (),
-    more_time: str | None = "-v searches longer",
+    more_time: str | None = MORE_TIME,
 ) -> Explanation:
     """Who holds ``obj``: ``explain_all`` for one object."""
     return explain_all(
@@ -117,7 +119,7 @@ def explain_all(
     budget_s: float = DEFAULT_BUDGET_S,
     stack: Sequence[types.FrameType] = (),
     framework: Sequence[Root] = (),
-    more_time: str | None = "-v searches longer",
+    more_time: str | None = MORE_TIME,
 ) -> list[Explanation]:
     """Find and render a shortest chain from a root to each of ``objects``, in one walk.
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pytest_eagersession.explain import DEFAULT_BUDGET_S, Explanation, explain_all
+from pytest_eagersession.explain import DEFAULT_BUDGET_S, MORE_TIME, Explanation, explain_all
 from pytest_eagersession.holders import Root
 from pytest_eagersession.sizes import format_bytes
 from pytest_eagersession.survivors import Survivor, destroy_resources
@@ -28,6 +28,23 @@ KIND_ORDER = {
 
 # Kinds whose TensorFlow resource the session can release while the Python object lives on.
 _RESOURCE_OWNERS = frozenset({"variable", "iterator", "table", "resource"})
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What a report tells its reader to do, in the words of the caller's front-end.
+
+    The defaults name the library's parameters; the pytest plugin passes its options instead.
+    """
+
+    allow: str = "allow=... or session.detach(obj)"
+    """How to accept an expected survivor."""
+    creation: str = "the session's track_creation option"
+    """How to record the op and line that made each object."""
+    untraced: str = "explain_limit"
+    """What limits how many leaks are traced to their holders."""
+    more_time: str | None = MORE_TIME
+    """How to give the search for holders more time; None: say nothing."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +84,7 @@ def build_records(
     explainer: Callable[[Sequence[object]], Sequence[Explanation | None]] | None = None,
     framework: Sequence[Root] = (),
     destroy: bool = False,
+    advice: Advice = Advice(),
 ) -> list[LeakRecord]:
     """Records for ``survivors``, the first ``explain_limit`` (None: all) with their holders.
 
@@ -74,7 +92,8 @@ def build_records(
     ``explainer``), from the modules, the threads and ``framework``'s roots. With ``destroy``,
     a resource owner whose holder is certainly the user's own module state is cut off its
     resource; one held from anywhere else (TensorFlow's state, a running frame, nothing found)
-    may still be in use by later code, and is left intact.
+    may still be in use by later code, and is left intact. A holder search that runs out of time
+    says ``advice.more_time``.
 
     A graph that cannot be written (an unwritable folder, objgraph missing) costs the graphs
     only: the reason goes to ``graph_errors`` once, and no more graphs are tried.
@@ -95,7 +114,12 @@ def build_records(
         found = (
             explainer(objects)
             if explainer is not None
-            else explain_all(objects, budget_s=chain_budget_s, framework=framework)
+            else explain_all(
+                objects,
+                budget_s=chain_budget_s,
+                framework=framework,
+                more_time=advice.more_time,
+            )
         )
         explanations = {
             index: explanation for (index, _), explanation in zip(traced, found, strict=True)
@@ -141,8 +165,15 @@ def build_records(
     return records
 
 
-def render(where: str, scope: str, records: Sequence[LeakRecord], *, strategy: str) -> str:
-    """The text a failing (or warned) test shows."""
+def render(
+    where: str,
+    scope: str,
+    records: Sequence[LeakRecord],
+    *,
+    strategy: str,
+    advice: Advice = Advice(),
+) -> str:
+    """The text a failing (or warned) test shows, ending with ``advice``."""
     total = sum(record.nbytes or 0 for record in records)
     noun = "object" if len(records) == 1 else "objects"
     lines = [
@@ -155,9 +186,7 @@ def render(where: str, scope: str, records: Sequence[LeakRecord], *, strategy: s
             lines.append(f"     {record.retained_by}")
     unexplained = sum(1 for record in records if record.retained_by is None)
     if unexplained and any(record.retained_by is not None for record in records):
-        lines.append(
-            f"  ({unexplained} more not traced: --eagersession-max-leaks limits how many are)"
-        )
+        lines.append(f"  ({unexplained} more not traced: {advice.untraced} limits how many are)")
     destroyed = [number for number, r in enumerate(records, start=1) if r.destroyed]
     if destroyed:
         holders = sorted(
@@ -176,10 +205,7 @@ def render(where: str, scope: str, records: Sequence[LeakRecord], *, strategy: s
                 f"fails): {_numbers(destroyed)}. Left intact, since their holder is not "
                 f"certainly this scope's code: {_numbers(kept)}."
             )
-    lines.append(
-        "Expected? Allow it with @pytest.mark.cleanup(allow=...) or "
-        "eager_session.detach(obj); creation sites: --eagersession-track-creation."
-    )
+    lines.append(f"Expected? Allow it with {advice.allow}; creation sites: {advice.creation}.")
     return "\n".join(lines)
 
 

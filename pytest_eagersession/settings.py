@@ -1,24 +1,25 @@
-"""The plugin's settings: parsed and checked once, from the command line, the ini file and markers.
+"""The plugin's settings: one table of options, parsed and checked once, and the marker's stub.
 
-No pytest here: the plugin hands in plain values and turns ``SettingsError`` into a usage error
-(for options) or a failure of the one test (for a marker).
+No pytest here: the plugin registers the table's options and ini keys, hands in their plain
+values, and turns ``SettingsError`` into a usage error (for options) or a failure of the one
+test (for a marker).
 """
 
 from __future__ import annotations
 
+import enum
 import inspect
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pytest_eagersession.explain import DEFAULT_BUDGET_S
 from pytest_eagersession.sizes import parse_size
 from pytest_eagersession.strategies import ResourceCleanupStrategy
 from pytest_eagersession.survivors import AllowFilter, AllowPredicate, check_allow_filter
 
-LEAK_MODES = ("fail", "warn", "off")
-RETENTION_MODES = ("report", "fail")
 DEFAULT_CHAIN_DEPTH = 10
 VERBOSE_CHAIN_DEPTH = 20
 #: The cap on the one search for the holders of a scope's leaks with -v (explain's otherwise).
@@ -29,33 +30,74 @@ class SettingsError(ValueError):
     """A setting with a bad value; the message names the valid choices."""
 
 
+class LeakMode(str, enum.Enum):
+    """What a TensorFlow object that outlives its scope does to the test."""
+
+    FAIL = "fail"
+    """The test gets an error at teardown (default)."""
+
+    WARN = "warn"
+    """An ``EagerSessionLeakWarning`` with the report; the test passes."""
+
+    OFF = "off"
+    """Nothing is checked."""
+
+    @classmethod
+    def parse(cls, value: object, where: str) -> LeakMode:
+        """The mode named ``value`` (any case, surrounding blanks ignored) or ``SettingsError``."""
+        # Compared to nothing but text: an odd object's == may raise.
+        text = value.strip().lower() if isinstance(value, str) else None
+        for mode in cls:
+            if mode.value == text:
+                return mode
+        raise SettingsError(f"{where}: unknown leaks mode {value!r}; choose one of {cls.choices()}")
+
+    @classmethod
+    def choices(cls) -> str:
+        """The valid names, as a user writes them."""
+        return ", ".join(mode.value for mode in cls)
+
+
+#: The leak modes' names, as a user writes them.
+LEAK_MODES = tuple(mode.value for mode in LeakMode)
+RETENTION_MODES = ("report", "fail")
+
+
 def cleanup(
     strategy: ResourceCleanupStrategy | str | None = None,
     *,
-    leaks: str | None = None,
+    leaks: LeakMode | str | None = None,
     allow: AllowFilter | None = None,
     track_creation: bool | None = None,
     max_traces: int | None = None,
     max_bytes: int | str | None = None,
 ) -> None:
-    """The signature of ``@pytest.mark.cleanup``; marks are bound against it."""
+    """run the test in an eager session with this resource cleanup strategy (in_background,
+    on_safe_points, on_session_close); leaks='fail'|'warn'|'off' says what a TensorFlow object
+    that outlives the test does; allow= a regex (searched in the leak's summary), a predicate on
+    a Survivor, or a list of those, for expected survivors; track_creation=True records the op
+    and line that made each object; max_traces=N fails the test when one of its tf.functions
+    traces more than N times; max_bytes='64 MiB' fails it when its peak of tracked TensorFlow
+    bytes (or of a GPU's memory) passes that size."""
 
 
-MARKER_SIGNATURE = (
-    "cleanup(strategy=None, *, leaks=None, allow=None, track_creation=None, max_traces=None, "
-    "max_bytes=None)"
-)
+def _signature_text(function: Callable[..., Any]) -> str:
+    """``name(a=None, *, b=None)``: the signature as a user writes the call, without types."""
+    signature = inspect.signature(function)
+    bare = signature.replace(
+        parameters=[
+            parameter.replace(annotation=inspect.Parameter.empty)
+            for parameter in signature.parameters.values()
+        ],
+        return_annotation=inspect.Signature.empty,
+    )
+    return f"{function.__name__}{bare}"
 
-MARKER_HELP = (
-    f"{MARKER_SIGNATURE}: run the test in "
-    "an eager session with this resource cleanup strategy (in_background, on_safe_points, "
-    "on_session_close); leaks='fail'|'warn'|'off' says what a TensorFlow object that outlives "
-    "the test does; allow= a regex (searched in the leak's summary), a predicate on a Survivor, "
-    "or a list of those, for expected survivors; track_creation=True records the op and line "
-    "that made each object; max_traces=N fails the test when one of its tf.functions traces "
-    "more than N times; max_bytes='64 MiB' fails it when its peak of tracked TensorFlow bytes "
-    "(or of a GPU's memory) passes that size."
-)
+
+#: The signature of ``@pytest.mark.cleanup``, from its stub.
+MARKER_SIGNATURE = _signature_text(cleanup)
+#: The marker's line in ``pytest --markers``: its signature, then its stub's docstring.
+MARKER_HELP = f"{MARKER_SIGNATURE}: {' '.join((cleanup.__doc__ or '').split())}"
 
 
 @dataclass(frozen=True)
@@ -63,7 +105,7 @@ class Settings:
     """Suite-wide settings, resolved once (command line, then ini file, then default)."""
 
     strategy: ResourceCleanupStrategy = ResourceCleanupStrategy.IN_BACKGROUND
-    leaks: str = "fail"
+    leaks: LeakMode = LeakMode.FAIL
     allow: tuple[str, ...] = ()
     track_creation: bool = False
     max_leaks: int | None = None
@@ -81,7 +123,7 @@ class TestPolicy:
     """What one test runs under, after its markers are applied to the suite's settings."""
 
     strategy: ResourceCleanupStrategy
-    leaks: str
+    leaks: LeakMode
     allow: AllowPredicate | None = field(compare=False)
     track_creation: bool
     max_traces: int | None = None
@@ -90,55 +132,274 @@ class TestPolicy:
     """The most tracked TensorFlow bytes (and GPU memory) the test's body may peak at."""
 
 
-def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], *, verbosity: int = 0) -> Settings:
-    """Settings from command-line values (None when not given), then ini values, then defaults."""
+@dataclass(frozen=True)
+class Option:
+    """One setting: its command-line flag, its ini key (if any), and how its value is read."""
 
-    def pick(name: str) -> Any:
-        value = cli.get(name)
+    name: str
+    """``max_leaks``: flag ``--eagersession-max-leaks``, ini key ``eagersession_max_leaks``."""
+    field: str
+    """The ``Settings`` field it sets."""
+    help: str
+    parse: Callable[[Any, str], Any]
+    """``parse(value, where)`` gives the setting's value or raises ``SettingsError``."""
+    default: Any = None
+    verbose_default: Any = None
+    """The default with ``-v``, where it differs."""
+    metavar: str | None = None
+    kind: Literal["value", "flag", "list"] = "value"
+    """``flag``: the command line's takes no value; ``list``: it repeats, the ini key has lines."""
+    ini_help: str | None = None
+    """None: command line only."""
+
+    @property
+    def flag(self) -> str:
+        """The command-line flag."""
+        return "--eagersession-" + self.name.replace("_", "-")
+
+    @property
+    def key(self) -> str:
+        """The ini key, also the ``dest`` of the flag."""
+        return "eagersession_" + self.name
+
+    @property
+    def where(self) -> str:
+        """How messages name the setting."""
+        if self.kind == "flag":
+            return self.key
+        return f"{self.flag} / {self.key}" if self.ini_help is not None else self.flag
+
+
+def parse_strategy(value: Any, where: str) -> ResourceCleanupStrategy:
+    """A strategy from its name (any case, ``-`` or ``_``) or the enum member."""
+    try:
+        return ResourceCleanupStrategy.parse(value)
+    except ValueError:
+        raise SettingsError(
+            f"{where}: unknown strategy {value!r}; choose one of "
+            f"{ResourceCleanupStrategy.choices()}"
+        ) from None
+
+
+def parse_leaks(value: Any, where: str) -> LeakMode:
+    """``fail``, ``warn`` or ``off``, or the ``LeakMode`` member."""
+    return value if isinstance(value, LeakMode) else LeakMode.parse(value, where)
+
+
+def parse_retention(value: Any, where: str) -> str:
+    """``report`` or ``fail``."""
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text not in RETENTION_MODES:
+        raise SettingsError(
+            f"{where}: unknown retention mode {value!r}; choose one of {', '.join(RETENTION_MODES)}"
+        )
+    return str(text)
+
+
+def parse_bool(value: Any, where: str) -> bool:
+    """A boolean from an ini-style word."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{where}: expected true or false, got {value!r}")
+
+
+def parse_count(value: Any, where: str) -> int:
+    """A non-negative integer."""
+    try:
+        count = int(value)
+    except (TypeError, ValueError, OverflowError):
+        count = -1
+    if count < 0 or isinstance(value, bool):
+        raise SettingsError(f"{where}: expected a whole number of 0 or more, got {value!r}")
+    return count
+
+
+def parse_seconds(value: Any, where: str) -> float:
+    """A positive, finite number of seconds."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError, OverflowError):
+        seconds = math.nan
+    if isinstance(value, bool) or not (0 < seconds < math.inf):
+        raise SettingsError(f"{where}: expected a number of seconds above 0, got {value!r}")
+    return seconds
+
+
+def parse_bytes(value: Any, where: str) -> int:
+    """A size in bytes: an int, or a number and a unit such as ``"64 MiB"``."""
+    try:
+        return parse_size(value)
+    except ValueError as error:
+        raise SettingsError(f"{where}: {error}") from None
+
+
+def parse_file_path(value: Any, where: str) -> str:
+    """A path where a file can be written: its folder exists or can be made there."""
+    path = _path(value, where, "a file path")
+    if os.path.isdir(path):
+        raise SettingsError(f"{where}: expected a file path, got {path!r}, which is a folder")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise SettingsError(f"{where}: expected a file path that can be written, got {path!r}")
+    _check_folder(os.path.dirname(os.path.abspath(path)), path, where, "a file path")
+    return path
+
+
+def parse_folder_path(value: Any, where: str) -> str:
+    """A path where files can be written: a folder that exists or can be made there."""
+    path = _path(value, where, "a folder path")
+    _check_folder(os.path.abspath(path), path, where, "a folder path")
+    return path
+
+
+def _path(value: Any, where: str, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise SettingsError(f"{where}: expected {what}, got {value!r}")
+    return value
+
+
+def _check_folder(folder: str, path: str, where: str, what: str) -> None:
+    """Raise unless ``folder`` is a writable folder, or the nearest existing one above it is."""
+    try:
+        existing = folder
+        while not os.path.exists(existing):
+            existing = os.path.dirname(existing)
+        problem = None
+        if not os.path.isdir(existing):
+            problem = f"{existing} is not a folder"
+        elif not os.access(existing, os.W_OK | os.X_OK):
+            problem = f"the folder {existing} is not writable"
+    except (OSError, ValueError) as error:  # a NUL in the path, a name too long
+        problem = str(error)
+    if problem is not None:
+        raise SettingsError(
+            f"{where}: expected {what} that can be written, got {path!r}: {problem}"
+        )
+
+
+def _allow_patterns(value: Any, where: str) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else list(value)
+    patterns = [str(item).strip() for item in items if str(item).strip()]
+    try:
+        check_allow_filter(patterns)
+    except ValueError as error:
+        raise SettingsError(f"{where}: {error}") from None
+    return tuple(patterns)
+
+
+#: Every setting of the suite, in the order ``--help`` lists them.
+OPTIONS = (
+    Option(
+        "strategy",
+        "strategy",
+        "cleanup strategy of each test's session: in_background (default), on_safe_points, "
+        "on_session_close.",
+        parse_strategy,
+        default=ResourceCleanupStrategy.IN_BACKGROUND,
+        metavar="STRATEGY",
+        ini_help="default cleanup strategy of each test's session",
+    ),
+    Option(
+        "leaks",
+        "leaks",
+        "what a TensorFlow object that outlives its scope does: fail (default), warn, off.",
+        parse_leaks,
+        default=LeakMode.FAIL,
+        metavar="MODE",
+        ini_help="fail, warn or off for leaked objects",
+    ),
+    Option(
+        "allow",
+        "allow",
+        "expected survivors: a regex searched in each leak's summary (repeatable).",
+        _allow_patterns,
+        default=(),
+        metavar="REGEX",
+        kind="list",
+        ini_help="regexes of expected survivors",
+    ),
+    Option(
+        "track_creation",
+        "track_creation",
+        "record the op and line of code that made each object (slower: an op callback).",
+        parse_bool,
+        default=False,
+        kind="flag",
+        ini_help="record the op and line that made each object",
+    ),
+    Option(
+        "max_leaks",
+        "max_leaks",
+        "leaks traced to their holders per scope (default: all of them).",
+        parse_count,
+        metavar="N",
+        ini_help="leaks traced to their holders per scope",
+    ),
+    Option(
+        "chain_budget",
+        "chain_budget_s",
+        "time the one search for a scope's leaks' holders may take (default 5; 20 with -v).",
+        parse_seconds,
+        default=DEFAULT_BUDGET_S,
+        verbose_default=VERBOSE_CHAIN_BUDGET_S,
+        metavar="SECONDS",
+        ini_help="seconds the search for a scope's leaks' holders may take",
+    ),
+    Option(
+        "retention",
+        "retention",
+        "what TensorFlow's own known leaks of a test's objects (the gradient registry) do: "
+        "report (default: listed apart, the test passes) or fail.",
+        parse_retention,
+        default="report",
+        metavar="MODE",
+        ini_help="report or fail for TensorFlow's own known leaks of a test's objects",
+    ),
+    Option(
+        "json",
+        "json_path",
+        "write every test's strategy, stats and leaks to this JSON file.",
+        parse_file_path,
+        metavar="PATH",
+    ),
+    Option(
+        "graphs",
+        "graphs_dir",
+        "write a back-reference graph of each traced leak here (DOT; PNG with Graphviz).",
+        parse_folder_path,
+        metavar="DIR",
+    ),
+)
+
+
+def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], *, verbosity: int = 0) -> Settings:
+    """Settings from command-line values (None when not given), then ini values, then defaults.
+
+    Both mappings are keyed by ``Option.name``; output paths are checked here, before any test.
+    """
+    verbose = verbosity > 0
+    values: dict[str, Any] = {
+        "chain_depth": VERBOSE_CHAIN_DEPTH if verbose else DEFAULT_CHAIN_DEPTH
+    }
+    for option in OPTIONS:
+        value = cli.get(option.name)
         if value is None or value == []:
             # A blank ini value means "not set"; a blank command-line value is a mistake
-            # (``--eagersession-strategy=$UNSET``), reported by the parsers below.
-            value = ini.get(name)
+            # (``--eagersession-strategy=$UNSET``), reported by the parsers.
+            value = ini.get(option.name)
             if value in ("", [], None):
-                return None
-        return value
-
-    strategy = pick("strategy")
-    leaks = pick("leaks")
-    allow = pick("allow")
-    track_creation = pick("track_creation")
-    max_leaks = pick("max_leaks")
-    chain_budget = pick("chain_budget")
-    retention = pick("retention")
-    verbose = verbosity > 0
-    settings = Settings(
-        strategy=parse_strategy(strategy, "--eagersession-strategy / eagersession_strategy")
-        if strategy is not None
-        else ResourceCleanupStrategy.IN_BACKGROUND,
-        leaks=parse_leaks(leaks, "--eagersession-leaks / eagersession_leaks")
-        if leaks is not None
-        else "fail",
-        allow=tuple(_allow_patterns(allow)),
-        track_creation=parse_bool(track_creation, "eagersession_track_creation")
-        if track_creation is not None
-        else False,
-        max_leaks=parse_count(max_leaks, "--eagersession-max-leaks / eagersession_max_leaks")
-        if max_leaks is not None
-        else None,
-        chain_depth=VERBOSE_CHAIN_DEPTH if verbose else DEFAULT_CHAIN_DEPTH,
-        chain_budget_s=parse_seconds(
-            chain_budget, "--eagersession-chain-budget / eagersession_chain_budget"
-        )
-        if chain_budget is not None
-        else (VERBOSE_CHAIN_BUDGET_S if verbose else DEFAULT_BUDGET_S),
-        json_path=_path(pick("json"), "--eagersession-json", "a file path"),
-        graphs_dir=_path(pick("graphs"), "--eagersession-graphs", "a folder path"),
-        retention=parse_retention(retention, "--eagersession-retention / eagersession_retention")
-        if retention is not None
-        else "report",
-    )
-    check_allow_filter(list(settings.allow))
-    return settings
+                value = None
+        if value is not None:
+            values[option.field] = option.parse(value, option.where)
+        elif verbose and option.verbose_default is not None:
+            values[option.field] = option.verbose_default
+        else:
+            values[option.field] = option.default
+    return Settings(**values)
 
 
 def policy_for(
@@ -202,100 +463,9 @@ def bind_marker(args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any
     return {name: value for name, value in bound.arguments.items() if value is not None}
 
 
-def parse_strategy(value: Any, where: str) -> ResourceCleanupStrategy:
-    """A strategy from its name (any case, ``-`` or ``_``) or the enum member."""
-    try:
-        return ResourceCleanupStrategy.parse(value)
-    except ValueError:
-        raise SettingsError(
-            f"{where}: unknown strategy {value!r}; choose one of "
-            f"{ResourceCleanupStrategy.choices()}"
-        ) from None
-
-
-def parse_leaks(value: Any, where: str) -> str:
-    """``fail``, ``warn`` or ``off``."""
-    text = value.strip().lower() if isinstance(value, str) else None
-    if text not in LEAK_MODES:  # not compared to anything but text: an odd object's == may raise
-        raise SettingsError(f"{where}: unknown leaks mode {value!r}; choose one of fail, warn, off")
-    return str(text)
-
-
-def parse_retention(value: Any, where: str) -> str:
-    """``report`` or ``fail``."""
-    text = value.strip().lower() if isinstance(value, str) else None
-    if text not in RETENTION_MODES:
-        raise SettingsError(
-            f"{where}: unknown retention mode {value!r}; choose one of report, fail"
-        )
-    return str(text)
-
-
-def parse_bool(value: Any, where: str) -> bool:
-    """A boolean from an ini-style word."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise SettingsError(f"{where}: expected true or false, got {value!r}")
-
-
-def parse_count(value: Any, where: str) -> int:
-    """A non-negative integer."""
-    try:
-        count = int(value)
-    except (TypeError, ValueError, OverflowError):
-        count = -1
-    if count < 0 or isinstance(value, bool):
-        raise SettingsError(f"{where}: expected a whole number of 0 or more, got {value!r}")
-    return count
-
-
-def parse_seconds(value: Any, where: str) -> float:
-    """A positive, finite number of seconds."""
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError, OverflowError):
-        seconds = math.nan
-    if isinstance(value, bool) or not (0 < seconds < math.inf):
-        raise SettingsError(f"{where}: expected a number of seconds above 0, got {value!r}")
-    return seconds
-
-
-def _path(value: Any, where: str, what: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise SettingsError(f"{where}: expected {what}, got {value!r}")
-    return value
-
-
-def parse_bytes(value: Any, where: str) -> int:
-    """A size in bytes: an int, or a number and a unit such as ``"64 MiB"``."""
-    try:
-        return parse_size(value)
-    except ValueError as error:
-        raise SettingsError(f"{where}: {error}") from None
-
-
 def _marker_bool(value: Any) -> bool:
     if not isinstance(value, bool):
         raise SettingsError(
             f"@pytest.mark.cleanup(track_creation=...): expected True or False, got {value!r}"
         )
     return value
-
-
-def _allow_patterns(value: Any) -> list[str]:
-    if value is None:
-        return []
-    items = [value] if isinstance(value, str) else list(value)
-    patterns = [str(item).strip() for item in items if str(item).strip()]
-    try:
-        check_allow_filter(patterns)
-    except ValueError as error:
-        raise SettingsError(f"--eagersession-allow / eagersession_allow: {error}") from None
-    return patterns

@@ -63,7 +63,8 @@ def test_the_search_stops_at_its_budget(scratch_module) -> None:
     explanation = explain(leaf, budget_s=0.0)
     assert explanation.timed_out
     assert re.fullmatch(
-        r"no holder found within [0-9.]+ s \(the search stopped there; -v searches longer\)",
+        r"no holder found within [0-9.]+ s "
+        r"\(the search stopped there; a larger budget_s searches longer\)",
         explanation.text(),
     )
 

@@ -17,10 +17,13 @@ from typing import Any
 # only an inner run imported would be imported again by the next one.
 import keras  # noqa: F401
 import pytest
-import tensorflow  # noqa: F401
+import tensorflow
 from support import CHAIN_BUDGET, LEAKY
 
 from pytest_eagersession import SessionStats
+from pytest_eagersession.report import LeakRecord, render
+from pytest_eagersession.settings import OPTIONS, LeakMode, Settings, SettingsError, resolve
+from pytest_eagersession.verdicts import PYTEST_ADVICE
 
 # The inner runs' TensorFlow objects are checked by the inner plugin. What they make outside
 # their own sessions (collection, parametrize values, the handles that replace destroyed ones)
@@ -59,6 +62,10 @@ def _stats_fields() -> set[str]:
 def test_help_lists_the_options(pytester: pytest.Pytester) -> None:
     result = run(pytester, "--help")
     assert result.ret == 0
+    for option in OPTIONS:
+        result.stdout.fnmatch_lines([f"*{option.flag}*"])
+        if option.ini_help is not None:
+            result.stdout.fnmatch_lines([f"  {option.key} (*):", f"*{option.ini_help[:40]}*"])
     result.stdout.fnmatch_lines(
         [
             "*TensorFlow eager sessions and leak checks*",
@@ -75,6 +82,23 @@ def test_help_lists_the_options(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(
         ["*eagersession_strategy*", "*eagersession_leaks*", "*eagersession_retention*"]
     )
+
+
+def test_each_setting_is_named_once_in_the_option_table() -> None:
+    names = [option.name for option in OPTIONS]
+    fields = [option.field for option in OPTIONS]
+    assert len(set(names)) == len(names)
+    assert sorted(fields) == sorted(
+        field.name for field in dataclasses.fields(Settings) if field.name != "chain_depth"
+    )
+
+
+def test_leak_modes_are_an_enum_that_takes_the_same_words() -> None:
+    assert [mode.value for mode in LeakMode] == ["fail", "warn", "off"]
+    assert resolve({"leaks": " WARN "}, {}).leaks is LeakMode.WARN
+    assert resolve({}, {"leaks": "off"}).leaks is LeakMode.OFF
+    with pytest.raises(SettingsError, match="unknown leaks mode 'never'; choose one of fail, "):
+        resolve({"leaks": "never"}, {})
 
 
 def test_markers_lists_the_cleanup_marker(pytester: pytest.Pytester) -> None:
@@ -116,6 +140,94 @@ def test_leaky_test_errors_at_teardown(pytester: pytest.Pytester) -> None:
     )
     result.stdout.no_fnmatch_line("*test_leaky.py::test_clean leaked*")
     result.stdout.no_fnmatch_line("test_leaky.py::test_clean: * leaked*")
+
+
+def test_a_leak_has_its_own_status_and_still_counts_as_an_error(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_leaky=LEAKY)
+    result = run(pytester)
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "test_leaky.py .L. *",
+            "*short test summary info*",
+            "LEAKED test_leaky.py::test_leak - Failed: test_leaky.py::test_leak leaked 1 *",
+        ]
+    )
+    verbose = run(pytester, "-v")
+    verbose.assert_outcomes(passed=2, errors=1)
+    verbose.stdout.fnmatch_lines(
+        ["test_leaky.py::test_leak PASSED *", "test_leaky.py::test_leak LEAKED *"]
+    )
+
+
+def test_a_teardown_that_fails_for_another_reason_is_an_error_not_a_leak(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_broken="""
+        import pytest
+        import tensorflow as tf
+
+        _CACHE = []
+
+        @pytest.fixture
+        def broken():
+            yield
+            raise RuntimeError("teardown broke")
+
+        def test_leak_and_broken_teardown(broken):
+            _CACHE.append(tf.constant([1.0, 2.0]))
+        """
+    )
+    result = run(pytester)
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        ["test_broken.py .E *", "ERROR test_broken.py::test_leak_and_broken_teardown - Runtime*"]
+    )
+    result.stdout.no_fnmatch_line("*LEAKED*")
+
+
+def test_the_header_names_tensorflow_only_once_imported(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = run(pytester, "--eagersession-leaks=warn")
+    result.stdout.fnmatch_lines(
+        [
+            "eagersession: strategy in_background, leaks warn",
+            f"eagersession: TensorFlow {tensorflow.__version__}",
+        ]
+    )
+
+
+def test_the_report_s_advice_is_the_caller_s() -> None:
+    record = LeakRecord(
+        scope="checkpoint",
+        type="EagerTensor",
+        kind="tensor",
+        dtype="float32",
+        shape="[2]",
+        nbytes=8,
+        device="CPU:0",
+        op=None,
+        created_at=None,
+        retained_by=None,
+        summary="tensor: EagerTensor float32[2] 8 B on CPU:0",
+    )
+    neutral = render("The code", "checkpoint", [record], strategy="in_background")
+    assert "--eagersession" not in neutral
+    assert "pytest" not in neutral
+    assert neutral.endswith(
+        "Expected? Allow it with allow=... or session.detach(obj); "
+        "creation sites: the session's track_creation option."
+    )
+    pytest_text = render(
+        "The code", "checkpoint", [record], strategy="in_background", advice=PYTEST_ADVICE
+    )
+    assert pytest_text.endswith(
+        "Expected? Allow it with @pytest.mark.cleanup(allow=...) or eager_session.detach(obj); "
+        "creation sites: --eagersession-track-creation."
+    )
 
 
 def test_leaked_variable_is_destroyed(pytester: pytest.Pytester) -> None:
@@ -834,6 +946,8 @@ def test_xdist_gives_the_same_outcomes_and_leaks(pytester: pytest.Pytester) -> N
             "test_json.py::test_* 1 leaked (*)",
         ]
     )
+    # The leak's status travels from the workers with the report.
+    parallel.stdout.fnmatch_lines(["LEAKED test_json.py::test_*", "LEAKED test_json.py::test_*"])
 
     def comparable(path: Path) -> dict[str, Any]:
         return {
@@ -927,5 +1041,7 @@ def test_enabled_plugin_without_tensorflow_never_imports_it(pytester: pytest.Pyt
         f"--eagersession-json={json_path}",
     )
     result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["eagersession: strategy on_safe_points, leaks fail"])
+    result.stdout.no_fnmatch_line("eagersession: TensorFlow*")  # not imported for the header
     tests = _by_nodeid(json_path)
     assert {entry["strategy"] for entry in tests.values()} == {"on_safe_points"}

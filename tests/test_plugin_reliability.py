@@ -304,11 +304,8 @@ HYGIENE_CONFTEST = """
         return _ours
 
     def _open_scope_sessions(config):
-        manager = config.pluginmanager.get_plugin("eagersession-manager")
-        return {
-            f"eagersession-cleaner-{id(session):x}"
-            for session, _ in manager._scope_sessions.values()
-        }
+        scopes = config.pluginmanager.get_plugin("eagersession-scopes")
+        return {f"eagersession-cleaner-{id(session):x}" for session in scopes.open_sessions()}
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item, nextitem):
@@ -568,39 +565,107 @@ def test_garbage_options_are_usage_errors(
     no_internal_error(result)
 
 
-def test_unwritable_report_paths_lose_no_results(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("where", ["cli", "ini"])
+@pytest.mark.parametrize(
+    ("flag", "target", "what"),
+    [
+        ("--eagersession-json", "report.json", "a file path"),
+        ("--eagersession-json", "sub/report.json", "a file path"),
+        ("--eagersession-graphs", "graphs", "a folder path"),
+    ],
+    ids=["json", "json-deeper", "graphs"],
+)
+def test_an_output_path_under_a_file_is_a_usage_error_before_any_test(
+    pytester: pytest.Pytester, where: str, flag: str, target: str, what: str
+) -> None:
     pytester.makepyfile(test_leaky=LEAKY)
     blocker = pytester.path / "a-file"
     blocker.write_text("not a folder")
-    result = run(
-        pytester,
-        f"--eagersession-json={blocker / 'report.json'}",
-        f"--eagersession-graphs={blocker / 'graphs'}",
+    path = blocker / target
+    if where == "cli":
+        result = run(pytester, f"{flag}={path}")
+    else:
+        pytester.makeini(f"[pytest]\naddopts = {flag}={path}\n")
+        result = run(pytester)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"ERROR: {flag}: expected {what} that can be written, got '{path}': {blocker} is not *"]
     )
-    result.assert_outcomes(passed=2, errors=1)
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(
-        [
-            "*test_leaky.py::test_leak leaked 1 TensorFlow object (8 B)*",
-            "*held by test_leaky._CACHE (list) -> [[]0] -> EagerTensor*",
-            f"Reference graphs not written to {blocker / 'graphs'}: NotADirectoryError: *",
-        ]
-    )
-    result.stdout.fnmatch_lines(
-        [f"eagersession: could not write the JSON report to {blocker / 'report.json'}: *"]
-    )
-    result.stdout.fnmatch_lines(["*short test summary info*", "ERROR test_leaky.py::test_leak*"])
+    result.stdout.no_fnmatch_line("*test_leaky.py*")  # no test ran
     no_internal_error(result)
 
 
-def test_an_unwritable_json_path_leaves_a_passing_run_passing(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("where", ["cli", "ini"])
+@pytest.mark.parametrize(
+    ("flag", "target", "what"),
+    [
+        ("--eagersession-json", "out/report.json", "a file path"),
+        ("--eagersession-graphs", "graphs", "a folder path"),
+    ],
+    ids=["json", "graphs"],
+)
+def test_an_output_path_in_a_read_only_folder_is_a_usage_error(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+    flag: str,
+    target: str,
+    what: str,
+) -> None:
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    locked = pytester.path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    if os.geteuid() == 0:  # root writes into any folder: make the check see what a user would
+        access = os.access
+        monkeypatch.setattr(
+            os,
+            "access",
+            lambda path, mode, **kwargs: (
+                os.path.abspath(path) != str(locked) and access(path, mode, **kwargs)
+            ),
+        )
+    path = locked / target
+    try:
+        if where == "cli":
+            result = run(pytester, f"{flag}={path}")
+        else:
+            pytester.makeini(f"[pytest]\naddopts = {flag}={path}\n")
+            result = run(pytester)
+    finally:
+        monkeypatch.undo()
+        locked.chmod(0o755)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"ERROR: {flag}: expected {what} that can be written, got '{path}': *{locked}*"]
+    )
+    assert not (locked / target).exists()
+
+
+def test_output_paths_to_be_made_in_a_writable_folder_are_accepted(
+    pytester: pytest.Pytester,
+) -> None:
     pytester.makepyfile("def test_nothing(eager_session):\n    pass\n")
-    blocker = pytester.path / "a-file"
-    blocker.write_text("not a folder")
-    result = run(pytester, f"--eagersession-json={blocker / 'report.json'}")
+    report = pytester.path / "new" / "deeper" / "report.json"
+    result = run(pytester, f"--eagersession-json={report}", "--eagersession-graphs=graphs")
+    result.assert_outcomes(passed=1)
+    assert json.loads(report.read_text())["tests"][0]["outcome"] == "passed"
+
+
+def test_a_json_report_that_fails_at_the_end_leaves_a_passing_run_passing(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def disk_full(path: str, tests: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("pytest_eagersession.summary.write_json", disk_full)
+    pytester.makepyfile("def test_nothing(eager_session):\n    pass\n")
+    result = run(pytester, f"--eagersession-json={pytester.path / 'report.json'}")
     result.assert_outcomes(passed=1)
     assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines(["eagersession: could not write the JSON report to *"])
+    result.stdout.fnmatch_lines(
+        ["eagersession: could not write the JSON report to *: *No space left on device"]
+    )
 
 
 def test_without_objgraph_the_leak_report_is_whole(

@@ -1,0 +1,160 @@
+"""The sessions of the wider scopes: a class, a module, a package, the whole run.
+
+A wider-scoped fixture is set up inside the session of its scope, made on first use. That
+session closes when pytest tears the scope down, after the teardown of the test that ends it,
+and its leaks fail that test. What a wider-scoped fixture's value holds, or a thread it
+started, belongs to its scope: survivors of narrower sessions that it holds are handed over.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Generator
+from contextlib import AbstractContextManager
+from typing import Any
+
+import pytest
+
+from pytest_eagersession.session import EagerSession, SessionOptions
+from pytest_eagersession.settings import LeakMode, Settings, SettingsError, TestPolicy, policy_for
+from pytest_eagersession.verdicts import judge
+
+#: The fixture scopes wider than a test, each with a session of its own.
+WIDER_SCOPES = ("class", "module", "package", "session")
+
+
+class ScopeSessions:
+    """The open sessions of the wider scopes, and what their fixtures' values reach.
+
+    Registered with pytest as a plugin for its ``pytest_fixture_setup`` hook.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._sessions: dict[str, tuple[EagerSession, TestPolicy]] = {}
+        self._values: dict[str, list[object]] = {}
+        self._ending: list[tuple[str, str]] | None = None
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_fixture_setup(
+        self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
+    ) -> Generator[None, object, object]:
+        """Set a wider-scoped fixture up inside the session of its scope."""
+        scope = fixturedef.scope
+        if scope not in WIDER_SCOPES:
+            return (yield)
+        session = self.session_for(request.node, scope)
+        threads_before = set(threading.enumerate())
+        session.activate()
+        try:
+            value = yield
+        finally:
+            session.deactivate()
+        # What the value reaches belongs to the scope, and so does what a thread that the
+        # fixture started (a monitor, a prefetcher) keeps in its frames.
+        started = [thread for thread in threading.enumerate() if thread not in threads_before]
+        values = self._values.setdefault(_scope_key(request.node, scope), [])
+        values.append(value)
+        values.extend(started)
+        return value
+
+    def session_for(self, node: Any, scope: str) -> EagerSession:
+        """The session of ``node`` (a class, module, package or the whole run), made once."""
+        key = _scope_key(node, scope)
+        entry = self._sessions.get(key)
+        if entry is None:
+            try:
+                policy = policy_for(self._settings, marks(node))
+            except SettingsError as error:
+                pytest.fail(str(error), pytrace=False)
+            session = options_for(policy).clear_kernel_cache().build()
+            entry = (session, policy)
+            self._sessions[key] = entry
+            node.addfinalizer(lambda: self._ended(key, scope))
+        return entry[0]
+
+    def open_sessions(self) -> list[EagerSession]:
+        """The sessions of the wider scopes open now."""
+        return [session for session, _ in self._sessions.values()]
+
+    def defer_closing(self) -> None:
+        """Hold back the sessions of the scopes that end from now until ``close_deferred``.
+
+        In a test's teardown: its fixtures' values, which pytest holds until its fixture
+        finalizers ran, are not leaks of the scopes that end with it.
+        """
+        self._ending = []
+
+    def close_deferred(
+        self, item: pytest.Item, collect: Callable[[], AbstractContextManager[None]]
+    ) -> None:
+        """Close the sessions held back, each inside ``collect()`` (a context manager)."""
+        ending, self._ending = self._ending or [], None
+        for key, scope in ending:
+            with collect():
+                self._close(key, scope, item)
+
+    def unclaimed(self, survivors: tuple[Any, ...]) -> list[Any]:
+        """The survivors no open wider scope takes over and none allows.
+
+        Sessions are built not to destroy their survivors on close: what a wider-scoped
+        fixture's value holds must be handed over to that scope intact, and the report decides
+        which leaks are certain enough to destroy.
+        """
+        scopes = [
+            (session, self._values.get(key, []))
+            for key, (session, _) in self._sessions.items()
+            if self._values.get(key)
+        ]
+        if scopes:
+            from pytest_eagersession.fixture_values import adopt_held
+
+            survivors = adopt_held(survivors, scopes)
+        return [survivor for survivor in survivors if not survivor.allowed]
+
+    def close_all(self) -> None:
+        """Close what is still open at the end of the run: its leaks have no test to fail."""
+        for key in list(self._sessions):
+            session, _ = self._sessions.pop(key)
+            self._values.pop(key, None)
+            if not session.closed:
+                session.close()  # no test to fail: nothing is destroyed
+
+    def _ended(self, key: str, scope: str) -> None:
+        if self._ending is not None:  # in a test's teardown: close after its fixtures
+            self._ending.append((key, scope))
+        else:  # torn down at the end of an interrupted run: no test left to fail
+            self._close(key, scope, None)
+
+    def _close(self, key: str, scope: str, item: pytest.Item | None) -> None:
+        entry = self._sessions.pop(key, None)
+        self._values.pop(key, None)
+        if entry is None:
+            return
+        session, policy = entry
+        if session.closed:
+            return
+        survivors = session.close()
+        if policy.leaks is LeakMode.OFF or item is None:
+            return
+        judge(item, scope, session, self.unclaimed(survivors), policy, self._settings)
+
+
+def marks(node: Any) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """The ``cleanup`` marks of ``node``, closest first, as plain arguments."""
+    return [(tuple(mark.args), dict(mark.kwargs)) for mark in node.iter_markers("cleanup")]
+
+
+def options_for(policy: TestPolicy) -> SessionOptions:
+    """The options of a session run under ``policy``."""
+    return (
+        EagerSession.options()
+        .resource_cleanup_strategy(policy.strategy)
+        .track_creation(policy.track_creation)
+        .allow(policy.allow)
+        .destroy_survivors(False)  # the plugin destroys leaks, after wider scopes took theirs
+    )
+
+
+def _scope_key(node: Any, scope: str) -> str:
+    return "::session::" if scope == "session" else f"{scope}::{node.nodeid}"

@@ -1,0 +1,102 @@
+"""The run's summary: the tests that leaked, at the end of the terminal output and as JSON.
+
+Built from ``pytest_runtest_logreport``, which xdist replays on the controller, so one code
+path serves a run with and without workers; only the controller writes the JSON file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import pytest
+
+from pytest_eagersession.report import write_json
+from pytest_eagersession.sizes import format_bytes
+from pytest_eagersession.support_range import tensorflow_warning
+
+#: The user property that carries a test's entry of the JSON report, as JSON text.
+PROPERTY = "eagersession"
+#: The user property of each leak, one line of text (also in JUnit XML).
+LEAK_PROPERTY = "eagersession_leak"
+
+
+class RunSummary:
+    """Each test's outcome and leaks, collected from its reports; a pytest plugin."""
+
+    def __init__(self, config: pytest.Config, json_path: str | None) -> None:
+        self._config = config
+        self._json_path = json_path
+        self._results: dict[str, dict[str, Any]] = {}
+        self._json_error: str | None = None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Collect each test's outcome and leak data (on the xdist controller too)."""
+        entry = self._results.setdefault(
+            report.nodeid, {"nodeid": report.nodeid, "outcome": "passed"}
+        )
+        if report.failed:
+            entry["outcome"] = "failed" if report.when == "call" else "error"
+        elif report.skipped and entry["outcome"] == "passed":
+            entry["outcome"] = "skipped"
+        for name, value in report.user_properties:
+            if name == PROPERTY and isinstance(value, str):
+                entry.update(json.loads(value))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """List the tests that leaked, with counts and bytes."""
+        if self._json_error is not None:
+            terminalreporter.write_line(self._json_error, red=True)
+        tf_module = sys.modules.get("tensorflow")
+        if tf_module is not None:
+            untested = tensorflow_warning(str(getattr(tf_module, "__version__", "0")))
+            if untested is not None:
+                terminalreporter.write_line(f"eagersession: WARNING: {untested}", yellow=True)
+        self._summarize_retention(terminalreporter)
+        leaky = [entry for entry in self._results.values() if entry.get("leaks")]
+        if not leaky:
+            return
+        terminalreporter.section("eagersession: leaked TensorFlow objects")
+        for entry in leaky:
+            leaks = entry["leaks"]
+            total = sum(leak.get("nbytes") or 0 for leak in leaks)
+            terminalreporter.write_line(
+                f"{entry['nodeid']}: {len(leaks)} leaked ({format_bytes(total)})"
+            )
+
+    def _summarize_retention(self, terminalreporter: Any) -> None:
+        released = kept = 0
+        tests = []
+        for entry in self._results.values():
+            retention = entry.get("retention") or {}
+            if retention.get("released") or retention.get("kept"):
+                released += len(retention.get("released", []))
+                kept += len(retention.get("kept", []))
+                tests.append((entry["nodeid"], retention.get("kept", [])))
+        if not tests:
+            return
+        terminalreporter.section("eagersession: TensorFlow's own known leaks")
+        terminalreporter.write_line(
+            f"{len(tests)} tests left objects in TensorFlow's known leaks (not their code's "
+            f"doing; they pass: --eagersession-retention=fail fails them): {released} released "
+            f"at the end of their scope, {kept} still kept."
+        )
+        for nodeid, kept_lines in tests:
+            for line in kept_lines:
+                terminalreporter.write_line(f"{nodeid}: {line}")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Write the JSON report (not on xdist workers)."""
+        path = self._json_path
+        if path is None or hasattr(self._config, "workerinput"):
+            return
+        try:
+            write_json(path, self._results.values())
+        except (OSError, ValueError) as error:
+            # Checked when the options were parsed, so rare (a full disk, a folder removed
+            # since). Said in the terminal summary, after the results it does not change.
+            self._json_error = f"eagersession: could not write the JSON report to {path}: {error}"
+            if self._config.pluginmanager.get_plugin("terminalreporter") is None:
+                sys.stderr.write(self._json_error + "\n")

@@ -1,0 +1,173 @@
+"""What a closed scope's leaks do to the test that ends it, and the per-test state they go to.
+
+A scope's survivors that no wider scope takes over and none allows are leaks. TensorFlow's own
+known leaks are set apart (``retention``), the rest become text records on the test, and the
+test fails, warns or passes as its policy says. Nothing here keeps a leaked object.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from pytest_eagersession.holders import Root
+from pytest_eagersession.report import Advice, LeakRecord, build_records, render
+from pytest_eagersession.session import EagerSession
+from pytest_eagersession.settings import LeakMode, Settings, TestPolicy
+
+#: The report's advice in the words of a pytest user.
+PYTEST_ADVICE = Advice(
+    allow="@pytest.mark.cleanup(allow=...) or eager_session.detach(obj)",
+    creation="--eagersession-track-creation",
+    untraced="--eagersession-max-leaks",
+    more_time="-v searches longer",
+)
+
+
+class EagerSessionLeakWarning(UserWarning):
+    """A test leaked TensorFlow objects under ``leaks="warn"``."""
+
+
+@dataclass
+class ItemState:
+    """What the plugin keeps on one test item, from its setup to its teardown's report."""
+
+    policy: TestPolicy | None = None
+    session: EagerSession | None = None
+    """The test's own session; None when its marker was bad."""
+    records: list[LeakRecord] = field(default_factory=list)
+    """The leaks of the test and of the scopes that ended with it."""
+    call_failed: bool = False
+    measured: dict[str, Any] = field(default_factory=dict)
+    """The body's traces and peak bytes, for the JSON report."""
+    released: list[str] = field(default_factory=list)
+    """What TensorFlow's own known leaks kept until the end of a scope."""
+    kept: list[str] = field(default_factory=list)
+    """Leaks that TensorFlow's own known leaks still keep."""
+    leaked: bool = False
+    """The teardown fails because of leaks (and for no other reason)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The test's entry of the JSON report, less its outcome."""
+        return {
+            "strategy": self.policy.strategy.value if self.policy else None,
+            "stats": _stats_json(self.session),
+            "leaks": [record.to_json() for record in self.records],
+            "retention": {"released": self.released, "kept": self.kept},
+            **self.measured,
+        }
+
+
+#: Each item's ``ItemState``; pytest keeps every item to the end of the run, so the plugin
+#: removes it when the item's teardown is reported.
+STATE_KEY = pytest.StashKey[ItemState]()
+
+
+def state_of(item: pytest.Item) -> ItemState:
+    """The item's state, made empty if it has none."""
+    return item.stash.setdefault(STATE_KEY, ItemState())
+
+
+def judge(
+    item: pytest.Item,
+    scope: str,
+    session: EagerSession,
+    leaks: list[Any],
+    policy: TestPolicy,
+    settings: Settings,
+    *,
+    test_failed: bool = False,
+) -> None:
+    """Fail (or warn) ``item`` for ``leaks``, the survivors of ``session``, closed at its end.
+
+    TensorFlow's own known leaks are set apart first. A test that failed for its own reason
+    shows only that: its failure's frames hold its objects.
+    """
+    leaks, retention = _set_apart(item, session, leaks, settings)
+    if test_failed or not (leaks or retention):
+        return
+    graph_errors: list[str] = []
+    records = build_records(
+        leaks,
+        scope,
+        explain_limit=settings.max_leaks,
+        chain_depth=settings.chain_depth,
+        chain_budget_s=settings.chain_budget_s,
+        framework=_framework_roots(item.config),
+        graphs_dir=settings.graphs_dir,
+        graph_prefix=_safe_name(item.nodeid) + f"-{scope}",
+        graph_errors=graph_errors,
+        destroy=policy.leaks is LeakMode.FAIL,
+        advice=PYTEST_ADVICE,
+    )
+    del leaks
+    state = state_of(item)
+    state.records.extend(records)
+    where = item.nodeid if scope == "function" else f"The {scope} of {item.nodeid}"
+    texts = []
+    if records:
+        texts.append(
+            render(where, scope, records, strategy=policy.strategy.value, advice=PYTEST_ADVICE)
+        )
+    if retention is not None:
+        texts.append(f"{where}: {retention}")
+    text = "\n".join(texts)
+    for error in graph_errors:
+        text += f"\nReference graphs not written to {settings.graphs_dir}: {error}"
+    if policy.leaks is LeakMode.WARN:
+        warnings.warn(EagerSessionLeakWarning(text), stacklevel=1)
+    else:
+        state.leaked = state.leaked or bool(records)
+        pytest.fail(text, pytrace=False)
+
+
+def _set_apart(
+    item: pytest.Item, session: EagerSession, leaks: list[Any], settings: Settings
+) -> tuple[list[Any], str | None]:
+    """Set apart what TensorFlow's own known leaks kept; ``(leaks, failure text)``.
+
+    Under ``retention="report"`` it is listed in the run's summary and the JSON report and
+    the test passes; under ``"fail"`` the kept objects stay among the leaks, and what was
+    released is said in the failure (the second value).
+    """
+    released = list(session.known_retention())
+    kept = [leak for leak in leaks if leak.retention]
+    if settings.retention == "fail":
+        if not released:
+            return leaks, None
+        return leaks, _retention_text(released)
+    if released or kept:
+        state = state_of(item)
+        state.released.extend(released)
+        state.kept.extend(f"{leak.summary()}: kept by {leak.retention}" for leak in kept)
+    return [leak for leak in leaks if not leak.retention], None
+
+
+def _retention_text(released: list[str]) -> str:
+    lines = "\n".join(f"  - {line}" for line in released)
+    return (
+        "TensorFlow's own known leaks kept objects of this scope (released at its end; "
+        f"--eagersession-retention=fail fails on this):\n{lines}"
+    )
+
+
+def _stats_json(session: EagerSession | None) -> dict[str, int] | None:
+    if session is None:
+        return None
+    stats = session.stats()
+    return {name: getattr(stats, name) for name in stats.__dataclass_fields__}
+
+
+def _safe_name(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)[:120]
+
+
+def _framework_roots(config: pytest.Config) -> list[Root]:
+    """pytest's state that keeps user objects past a test: callbacks of ``config.add_cleanup``."""
+    cleanups = getattr(config, "_cleanup_stack", None)  # pytest 8.1 and later
+    if cleanups is None:
+        cleanups = getattr(config, "_cleanup", None)
+    return [] if cleanups is None else [Root("pytest config.add_cleanup", cleanups, "framework")]
