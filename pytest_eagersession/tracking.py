@@ -480,6 +480,11 @@ class Tracker:
             return
         if generation >= 1 or self._pacing or self._own_collection:
             self.discover(None if self._own_collection else generation)
+        elif self._quiet_threads and _older_generation_next():
+            # The next collection promotes the young objects, and a cleaner may be the thread
+            # that starts it: look at them now, and have this thread's next allocation start it.
+            self.discover(generation)
+            self.hurry()
         else:
             self._young_seen = False  # unscanned young objects move to the middle generation
 
@@ -500,6 +505,13 @@ class Tracker:
 
 
 #: The process-wide tracker; its owners are ``EagerSession`` objects.
+def _older_generation_next() -> bool:
+    """At the start of a young collection: whether the next one takes an older generation."""
+    _, middle_count, oldest_count = gc.get_count()
+    _, middle, oldest = gc.get_threshold()
+    return 0 < middle < middle_count + 1 or 0 < oldest < oldest_count
+
+
 TRACKER = Tracker()
 
 

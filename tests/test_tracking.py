@@ -861,15 +861,18 @@ class _Tracked:
 
 
 def test_collections_in_a_cleaner_thread_never_promote_unseen_objects(make_session) -> None:
-    """A thread that may not scan (a cleaner) starts only young collections while one is active.
+    """Collections started by a thread that may not scan (a cleaner) never lose an object.
 
     Its collections of the young generation bring the older ones' nearer; were one of those to
-    start there too, the tensor below would be promoted unseen and never be the session's.
+    start there while the tensor below is young and unseen, the tensor would be promoted to the
+    oldest generation unscanned, and never be the session's. (The tensor is made in that thread
+    so that no other thread's collection sees it first.)
     """
     from pytest_eagersession.tracking import TRACKER
 
     session = make_session()
-    started: list[tuple[int, int]] = []
+    started: list[tuple[bool, int]] = []
+    box: list[Any] = []
 
     def note(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
@@ -878,15 +881,16 @@ def test_collections_in_a_cleaner_thread_never_promote_unseen_objects(make_sessi
     def allocate_in_a_quiet_thread() -> None:
         TRACKER.quiet_thread(threading.get_ident())
         try:
+            box.append(tf.ones((3,)))
+            gc.set_threshold(1, 2, 2)
             for _ in range(2000):
                 _Tracked(), _Tracked()  # instances come from no free list: each is allocated
         finally:
+            gc.set_threshold(*thresholds)
             TRACKER.quiet_thread(threading.get_ident(), quiet=False)
 
     thresholds = gc.get_threshold()
     with session:
-        kept = tf.ones((3,))
-        gc.set_threshold(1, 2, 2)
         gc.callbacks.append(note)
         try:
             quiet = threading.Thread(target=allocate_in_a_quiet_thread)
@@ -897,11 +901,10 @@ def test_collections_in_a_cleaner_thread_never_promote_unseen_objects(make_sessi
             gc.set_threshold(*thresholds)
     in_quiet = [generation for quiet_thread, generation in started if quiet_thread]
     assert len(in_quiet) > 10  # the thread did start collections
-    assert set(in_quiet) == {0}
     assert [row(s) for s in session.close()] == [
         ("tensor", "EagerTensor", None, "float32", "[3]", 12)
     ]
-    del kept
+    box.clear()
 
 
 def test_the_cleaner_collects_in_full_only_after_a_scan(monkeypatch) -> None:
