@@ -7,16 +7,26 @@ from __future__ import annotations
 
 import sys
 
-from pytest_eagersession._tf import parse_version
-
 #: Oldest and newest tested Python (minor versions).
 PYTHON_RANGE = ((3, 10), (3, 13))
 #: Oldest and newest tested TensorFlow (minor releases).
 TENSORFLOW_RANGE = ((2, 16), (2, 21))
 
 
-def _text(version: tuple[int, int]) -> str:
+def version_text(version: tuple[int, int]) -> str:
+    """``(2, 21)`` becomes ``"2.21"``."""
     return f"{version[0]}.{version[1]}"
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """``"2.21.0rc1"`` becomes ``(2, 21)``."""
+    parts = []
+    for piece in text.split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    while len(parts) < 2:
+        parts.append(0)
+    return parts[0], parts[1]
 
 
 def python_warning(version: tuple[int, ...] = tuple(sys.version_info[:2])) -> str | None:
@@ -25,25 +35,26 @@ def python_warning(version: tuple[int, ...] = tuple(sys.version_info[:2])) -> st
     found = (version[0], version[1])
     if oldest <= found <= newest:
         return None
-    tested = f"tested on Python {_text(oldest)} to {_text(newest)}"
+    tested = f"tested on Python {version_text(oldest)} to {version_text(newest)}"
     if found > newest:
         return (
-            f"pytest-eagersession is {tested}, not {_text(found)}. Not known to work there: "
+            f"pytest-eagersession is {tested}, not {version_text(found)}. Not known to work there: "
             "the cycle trigger of IN_BACKGROUND and ON_SAFE_POINTS, which hooks the "
             "collector's middle generation (Python 3.14's incremental collector has none, so "
             "cycles holding tensors may be freed late), and the survivor check, which freezes "
             "older objects with gc.freeze()"
         )
-    return f"pytest-eagersession is {tested}, not {_text(found)}"
+    return f"pytest-eagersession is {tested}, not {version_text(found)}"
 
 
-def tensorflow_warning(version_text: str) -> str | None:
-    """What is not known to work with TensorFlow ``version_text``, or None when it is tested."""
-    found = parse_version(version_text)
+def tensorflow_warning(version: str) -> str | None:
+    """What is not known to work with TensorFlow ``version``, or None when it is tested."""
+    found = parse_version(version)
     oldest, newest = TENSORFLOW_RANGE
     if found <= newest:
         return None  # older than the oldest is refused outright (see _tf.MINIMUM_VERSION)
     return (
-        f"pytest-eagersession is tested on TensorFlow {_text(oldest)} to {_text(newest)}, not "
-        f"{version_text}: the private TensorFlow names it uses may have moved"
+        f"pytest-eagersession is tested on TensorFlow {version_text(oldest)} to "
+        f"{version_text(newest)}, not {version}: the private TensorFlow names it uses may "
+        "have moved"
     )

@@ -22,6 +22,7 @@ import sys
 from types import ModuleType
 
 from pytest_eagersession.errors import TensorFlowMissingError
+from pytest_eagersession.support_range import parse_version, version_text
 
 MINIMUM_VERSION = (2, 16)
 
@@ -53,29 +54,14 @@ def tensorflow() -> ModuleType:
             tf_module = tf
         except ImportError as error:
             raise TensorFlowMissingError(
-                f"pytest-eagersession needs TensorFlow {_version_text(MINIMUM_VERSION)} or "
+                f"pytest-eagersession needs TensorFlow {version_text(MINIMUM_VERSION)} or "
                 f"newer, and `import tensorflow` failed ({error}); {_INSTALL_HINT}"
             ) from error
     # Checked whoever imported it: an older TensorFlow that other code imported first is no better.
     found = parse_version(str(getattr(tf_module, "__version__", "0")))
     if found < MINIMUM_VERSION:
         raise TensorFlowMissingError(
-            f"pytest-eagersession needs TensorFlow {_version_text(MINIMUM_VERSION)} or newer, "
+            f"pytest-eagersession needs TensorFlow {version_text(MINIMUM_VERSION)} or newer, "
             f"found {tf_module.__version__}; {_INSTALL_HINT}"
         )
     return tf_module
-
-
-def parse_version(text: str) -> tuple[int, int]:
-    """``"2.21.0rc1"`` becomes ``(2, 21)``."""
-    parts = []
-    for piece in text.split(".")[:2]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    while len(parts) < 2:
-        parts.append(0)
-    return parts[0], parts[1]
-
-
-def _version_text(version: tuple[int, int]) -> str:
-    return ".".join(str(part) for part in version)
