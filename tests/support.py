@@ -10,10 +10,37 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+from pytest_eagersession import ResourceCleanupStrategy
+
+if TYPE_CHECKING:
+    import pytest
+
+IN_BACKGROUND = ResourceCleanupStrategy.IN_BACKGROUND
+ON_SAFE_POINTS = ResourceCleanupStrategy.ON_SAFE_POINTS
+ON_SESSION_CLOSE = ResourceCleanupStrategy.ON_SESSION_CLOSE
+
+#: What a usage error about each setting names as the valid values.
+STRATEGY_CHOICES = "choose one of in_background, on_safe_points, on_session_close"
+LEAKS_CHOICES = "choose one of fail, warn, off"
+ALLOW_CHOICES = (
+    "allow takes a predicate on a Survivor, a regular expression searched in its summary, "
+    "or a list of those"
+)
+#: The marker's signature, as far as it goes today (keywords may be added after these).
+MARKER_SIGNATURE = "cleanup(strategy=None, *, leaks=None, allow=None, track_creation=None"
 
 #: Inner runs search each leak's holders for up to 10 s, not the default 0.5 s: the chains the
 #: tests check must not depend on how loaded the machine is.
 CHAIN_BUDGET = "--eagersession-chain-budget=10"
+#: Inner runs leave out the plugins that would write files or change the order.
+INNER_RUN = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:randomly")
+
+
+def run_inner(pytester: pytest.Pytester, *args: str, **kwargs: bool) -> pytest.RunResult:
+    """An inner pytest run, in this process, with the plugin on and a generous chain budget."""
+    return pytester.runpytest_inprocess(*INNER_RUN, CHAIN_BUDGET, *args, **kwargs)
 
 
 def return_free_memory() -> bool:

@@ -17,6 +17,7 @@ import unittest
 from collections.abc import Iterator
 
 import pytest
+from support import run_inner
 
 from pytest_eagersession.assertions import (
     EagerChecksError,
@@ -269,10 +270,6 @@ BYTES = """
     def test_unlimited():
         assert float(tf.reduce_sum(tf.ones([256]))) == 256.0
 """
-
-
-def run_inner(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:randomly", *args)
 
 
 @pytest.mark.cleanup(leaks="off")  # the inner runs' objects are the inner plugin's to check

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import tensorflow as tf
-from support import wait_until
+from support import IN_BACKGROUND, ON_SAFE_POINTS, ON_SESSION_CLOSE, wait_until
 
 from pytest_eagersession import (
     EagerSession,
@@ -19,10 +19,6 @@ from pytest_eagersession import (
     operations,
 )
 from pytest_eagersession.operations import EagerOperation, EagerOperationBuilder, Output
-
-IN_BACKGROUND = ResourceCleanupStrategy.IN_BACKGROUND
-ON_SAFE_POINTS = ResourceCleanupStrategy.ON_SAFE_POINTS
-ON_SESSION_CLOSE = ResourceCleanupStrategy.ON_SESSION_CLOSE
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from typing import Any
 import keras  # noqa: F401
 import pytest
 import tensorflow
-from support import CHAIN_BUDGET, LEAKY
+from support import CHAIN_BUDGET, LEAKY, MARKER_SIGNATURE, STRATEGY_CHOICES, run_inner
 
 from pytest_eagersession import SessionStats
 from pytest_eagersession.report import LeakRecord, render
@@ -31,11 +31,8 @@ from pytest_eagersession.verdicts import PYTEST_ADVICE
 # that hold it: the outer tests do not check for leaks of their own.
 pytestmark = pytest.mark.cleanup(leaks="off")
 
-CHOICES = "*: unknown strategy *; choose one of in_background, on_safe_points, on_session_close*"
-SIGNATURE = (
-    "cleanup(strategy=None, *, leaks=None, allow=None, track_creation=None, max_traces=None, "
-    "max_bytes=None)"
-)
+CHOICES = f"*: unknown strategy *; {STRATEGY_CHOICES}*"
+SIGNATURE = f"{MARKER_SIGNATURE}, max_traces=None, max_bytes=None)"
 
 
 LEAK_LINES = [
@@ -46,12 +43,6 @@ LEAK_LINES = [
 ]
 
 
-def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_inprocess(
-        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", CHAIN_BUDGET, *args
-    )
-
-
 def _stats_fields() -> set[str]:
     return {field.name for field in dataclasses.fields(SessionStats)}
 
@@ -60,7 +51,7 @@ def _stats_fields() -> set[str]:
 
 
 def test_help_lists_the_options(pytester: pytest.Pytester) -> None:
-    result = run(pytester, "--help")
+    result = run_inner(pytester, "--help")
     assert result.ret == 0
     for option in OPTIONS:
         result.stdout.fnmatch_lines([f"*{option.flag}*"])
@@ -102,7 +93,7 @@ def test_leak_modes_are_an_enum_that_takes_the_same_words() -> None:
 
 
 def test_markers_lists_the_cleanup_marker(pytester: pytest.Pytester) -> None:
-    result = run(pytester, "--markers")
+    result = run_inner(pytester, "--markers")
     assert result.ret == 0
     result.stdout.fnmatch_lines([f"@pytest.mark.{SIGNATURE}: run the test in an eager session*"])
 
@@ -119,7 +110,7 @@ def test_strict_markers_accept_the_marker(pytester: pytest.Pytester) -> None:
             assert eager_session.resource_cleanup_strategy.name == "ON_SAFE_POINTS"
         """
     )
-    result = run(pytester, "--strict-markers")
+    result = run_inner(pytester, "--strict-markers")
     result.assert_outcomes(passed=1)
 
 
@@ -128,7 +119,7 @@ def test_strict_markers_accept_the_marker(pytester: pytest.Pytester) -> None:
 
 def test_leaky_test_errors_at_teardown(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_leaky=LEAKY)
-    result = run(pytester)
+    result = run_inner(pytester)
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines(LEAK_LINES)
     result.stdout.fnmatch_lines(
@@ -146,7 +137,7 @@ def test_a_leak_has_its_own_status_and_still_counts_as_an_error(
     pytester: pytest.Pytester,
 ) -> None:
     pytester.makepyfile(test_leaky=LEAKY)
-    result = run(pytester)
+    result = run_inner(pytester)
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines(
         [
@@ -155,7 +146,7 @@ def test_a_leak_has_its_own_status_and_still_counts_as_an_error(
             "LEAKED test_leaky.py::test_leak - Failed: test_leaky.py::test_leak leaked 1 *",
         ]
     )
-    verbose = run(pytester, "-v")
+    verbose = run_inner(pytester, "-v")
     verbose.assert_outcomes(passed=2, errors=1)
     verbose.stdout.fnmatch_lines(
         ["test_leaky.py::test_leak PASSED *", "test_leaky.py::test_leak LEAKED *"]
@@ -181,7 +172,7 @@ def test_a_teardown_that_fails_for_another_reason_is_an_error_not_a_leak(
             _CACHE.append(tf.constant([1.0, 2.0]))
         """
     )
-    result = run(pytester)
+    result = run_inner(pytester)
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(
         ["test_broken.py .E *", "ERROR test_broken.py::test_leak_and_broken_teardown - Runtime*"]
@@ -191,7 +182,7 @@ def test_a_teardown_that_fails_for_another_reason_is_an_error_not_a_leak(
 
 def test_the_header_names_tensorflow_only_once_imported(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_nothing():\n    pass\n")
-    result = run(pytester, "--eagersession-leaks=warn")
+    result = run_inner(pytester, "--eagersession-leaks=warn")
     result.stdout.fnmatch_lines(
         [
             "eagersession: strategy in_background, leaks warn",
@@ -245,7 +236,7 @@ def test_leaked_variable_is_destroyed(pytester: pytest.Pytester) -> None:
             Holder.var.numpy()
         """
     )
-    result = run(pytester)
+    result = run_inner(pytester)
     result.assert_outcomes(passed=1, failed=1, errors=1)
     result.stdout.fnmatch_lines(
         [
@@ -283,7 +274,7 @@ def test_failing_test_shows_only_its_own_failure(pytester: pytest.Pytester) -> N
             assert table.numpy().tolist() == [0.0]
         """
     )
-    result = run(pytester)
+    result = run_inner(pytester)
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(
         ["*assert (3.0 + 0.0) == 4.0*", "*assert [[]1.0, 2.0, 3.0[]] == [[]0.0[]]*"]
@@ -340,7 +331,7 @@ def test_fixture_values_are_not_leaks(pytester: pytest.Pytester) -> None:
             assert lazy().numpy().tolist() == [11.0]
         """
     )
-    result = run(pytester)
+    result = run_inner(pytester)
     result.assert_outcomes(passed=3)
     result.stdout.no_fnmatch_line("*leaked*")
 
@@ -370,7 +361,7 @@ def test_module_fixture_leak_is_reported_at_module_teardown(pytester: pytest.Pyt
             assert float(tf.reduce_sum(weights)) == 6.0
         """
     )
-    result = run(pytester)
+    result = run_inner(pytester)
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines(
         [
@@ -403,7 +394,7 @@ def test_function_and_module_leaks_in_one_teardown(pytester: pytest.Pytester) ->
             _KEPT.append(tf.constant([4.0]))
         """
     )
-    result = run(pytester)
+    result = run_inner(pytester)
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(
         [
@@ -458,7 +449,7 @@ def test_no_false_leaks(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPat
     )
     # The outer run's log capture handlers would keep the inner run's records, with the tensor.
     monkeypatch.setattr(logging.getLogger(), "handlers", [])
-    result = run(pytester)
+    result = run_inner(pytester)
     result.assert_outcomes(passed=5)
     result.stdout.no_fnmatch_line("*leaked*")
 
@@ -508,7 +499,7 @@ def test_strategy_selection(
     if ini is not None:
         pytester.makeini(f"[pytest]\neagersession_strategy = {ini}\n")
     args = [f"--eagersession-strategy={cli}"] if cli is not None else []
-    result = run(pytester, *args)
+    result = run_inner(pytester, *args)
     result.assert_outcomes(passed=5)
 
 
@@ -525,7 +516,7 @@ def test_module_pytestmark_and_marker_over_cli_and_ini(pytester: pytest.Pytester
             assert module_eager_session.resource_cleanup_strategy.name == "ON_SAFE_POINTS"
         """
     )
-    result = run(pytester, "--eagersession-strategy=in_background")
+    result = run_inner(pytester, "--eagersession-strategy=in_background")
     result.assert_outcomes(passed=1)
 
 
@@ -559,7 +550,7 @@ def test_bad_settings_are_usage_errors(
     pytester.makepyfile("def test_nothing():\n    pass\n")
     if ini is not None:
         pytester.makeini(f"[pytest]\n{ini}\n")
-    # not run(): its own --eagersession-chain-budget would win over the ini value under test
+    # not run_inner(): its own --eagersession-chain-budget would win over the ini value under test
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: {expected}"])
@@ -618,7 +609,7 @@ def test_bad_marker_errors_only_its_test(pytester: pytest.Pytester) -> None:
             pass
         """
     )
-    result = run(pytester)
+    result = run_inner(pytester)
     result.assert_outcomes(passed=1, errors=3)
     result.stdout.fnmatch_lines(
         [
@@ -669,7 +660,7 @@ def test_leaks_warn(pytester: pytest.Pytester, how: str) -> None:
     )
     if how == "ini":
         pytester.makeini("[pytest]\neagersession_leaks = warn\n")
-    result = run(pytester, *(["--eagersession-leaks=warn"] if how == "cli" else []))
+    result = run_inner(pytester, *(["--eagersession-leaks=warn"] if how == "cli" else []))
     result.assert_outcomes(passed=2, warnings=1)
     result.stdout.fnmatch_lines(
         [
@@ -705,7 +696,7 @@ def test_leaks_off_and_allowed(pytester: pytest.Pytester, mark: str, args: list[
             _CACHE.append(tf.constant([1.0, 2.0]))
         """
     )
-    result = run(pytester, *args)
+    result = run_inner(pytester, *args)
     result.assert_outcomes(passed=1)
     result.stdout.no_fnmatch_line("*warnings summary*")
     result.stdout.no_fnmatch_line("*leaked*")
@@ -725,7 +716,7 @@ def test_allow_does_not_hide_other_leaks(pytester: pytest.Pytester) -> None:
             _CACHE.append(tf.constant([1, 2]))
         """
     )
-    result = run(pytester)
+    result = run_inner(pytester)
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*leaked 1 TensorFlow object*", "*EagerTensor float32*"])
     result.stdout.no_fnmatch_line("*EagerTensor int32*")
@@ -767,7 +758,7 @@ def test_session_fixtures(pytester: pytest.Pytester) -> None:
             assert _KEPT[0].numpy().tolist() == [1.0, 2.0]
         """
     )
-    result = run(pytester)
+    result = run_inner(pytester)
     result.assert_outcomes(passed=4)
 
 
@@ -787,7 +778,7 @@ def test_op_builder_through_the_fixture(pytester: pytest.Pytester) -> None:
             assert float(op.output(0).tensor()) == 5.0
         """
     )
-    result = run(pytester)
+    result = run_inner(pytester)
     result.assert_outcomes(passed=1)
 
 
@@ -838,7 +829,7 @@ def _by_nodeid(path: Path) -> dict[str, dict[str, Any]]:
 def test_json_report(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_json=JSON_TESTS)
     out = pytester.path / "reports" / "leaks.json"
-    result = run(pytester, f"--eagersession-json={out}")
+    result = run_inner(pytester, f"--eagersession-json={out}")
     result.assert_outcomes(passed=3, errors=2)
     tests = _by_nodeid(out)
     assert list(tests) == [
@@ -902,7 +893,7 @@ def test_junitxml_and_graphs(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_leaky=LEAKY)
     xml_path = pytester.path / "junit.xml"
     graphs = pytester.path / "graphs"
-    result = run(pytester, f"--junitxml={xml_path}", f"--eagersession-graphs={graphs}")
+    result = run_inner(pytester, f"--junitxml={xml_path}", f"--eagersession-graphs={graphs}")
     result.assert_outcomes(passed=2, errors=1)
     root = ET.parse(xml_path).getroot()
     leak_properties = {
@@ -933,7 +924,7 @@ def test_xdist_gives_the_same_outcomes_and_leaks(pytester: pytest.Pytester) -> N
     pytester.makepyfile(test_json=JSON_TESTS)
     serial_json = pytester.path / "serial.json"
     parallel_json = pytester.path / "parallel.json"
-    serial = run(pytester, f"--eagersession-json={serial_json}")
+    serial = run_inner(pytester, f"--eagersession-json={serial_json}")
     serial.assert_outcomes(passed=3, errors=2)
     parallel = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", CHAIN_BUDGET, "-n", "2", f"--eagersession-json={parallel_json}"
@@ -960,7 +951,7 @@ def test_xdist_gives_the_same_outcomes_and_leaks(pytester: pytest.Pytester) -> N
 
 def test_warnings_as_errors(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_leaky=LEAKY)
-    result = run(pytester, "-W", "error")
+    result = run_inner(pytester, "-W", "error")
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines(LEAK_LINES)
     result.stdout.no_fnmatch_line("*warnings summary*")
@@ -985,7 +976,7 @@ def test_unittest_test_cases(pytester: pytest.Pytester) -> None:
                 self.assertAllEqual(tf.constant([1.0, 2.0]) * 2, [2.0, 4.0])
         """
     )
-    result = run(pytester)
+    result = run_inner(pytester)
     # tf.test.TestCase.test_session is a context manager, which pytest collects and skips
     result.assert_outcomes(passed=2, errors=1, skipped=2)
     result.stdout.fnmatch_lines(

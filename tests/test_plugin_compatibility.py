@@ -9,24 +9,18 @@ from __future__ import annotations
 import keras  # noqa: F401  (imported once: pytester restores sys.modules after each run)
 import pytest
 import tensorflow  # noqa: F401
-from support import CHAIN_BUDGET
+from support import CHAIN_BUDGET, INNER_RUN, run_inner
 
 pytestmark = pytest.mark.cleanup(leaks="off")
-
-
-def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_inprocess(
-        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", CHAIN_BUDGET, *args
-    )
 
 
 def both_ways(pytester: pytest.Pytester, *args: str, **outcomes: int) -> pytest.RunResult:
     """Run the suite with the plugin off, then on; both must give ``outcomes``."""
     plain = [arg for arg in args if not arg.startswith("--eagersession")]
-    pytester.runpytest_inprocess(
-        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:eagersession", *plain
-    ).assert_outcomes(**outcomes)
-    result = run(pytester, *args)
+    pytester.runpytest_inprocess(*INNER_RUN, "-p", "no:eagersession", *plain).assert_outcomes(
+        **outcomes
+    )
+    result = run_inner(pytester, *args)
     result.assert_outcomes(**outcomes)
     return result
 
@@ -208,7 +202,7 @@ def test_a_replaced_global_generator_is_a_leak(pytester: pytest.Pytester) -> Non
             assert tf.random.get_global_generator().normal((2,)).shape == (2,)
         """
     )
-    result = run(pytester)
+    result = run_inner(pytester)
     result.assert_outcomes(passed=3, errors=1)
     result.stdout.fnmatch_lines(
         [
@@ -338,9 +332,9 @@ def test_retention_fail_fails_on_them(pytester: pytest.Pytester, how: str) -> No
     pytester.makepyfile(test_retention=RETENTION_SUITE)
     if how == "ini":
         pytester.makeini("[pytest]\neagersession_retention = fail\n")
-        result = run(pytester)
+        result = run_inner(pytester)
     else:
-        result = run(pytester, "--eagersession-retention=fail")
+        result = run_inner(pytester, "--eagersession-retention=fail")
     result.assert_outcomes(passed=2, errors=2)
     result.stdout.fnmatch_lines(
         [
@@ -354,7 +348,7 @@ def test_retention_fail_fails_on_them(pytester: pytest.Pytester, how: str) -> No
 
 def test_a_bad_retention_mode_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_nothing():\n    pass\n")
-    result = run(pytester, "--eagersession-retention=sometimes")
+    result = run_inner(pytester, "--eagersession-retention=sometimes")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [

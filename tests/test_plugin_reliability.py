@@ -1,4 +1,4 @@
-"""Issue 8, the plugin: interrupted, timed-out and broken runs end cleanly, bad input is a clear
+"""The plugin under stress: interrupted, timed-out and broken runs end cleanly, bad input is a clear
 error, and long runs keep the same verdicts and flat memory.
 
 Inner runs go through ``pytester``, in process where they can (TensorFlow is imported once, here)
@@ -16,7 +16,15 @@ import threading
 
 import pytest
 import tensorflow  # noqa: F401  (imported once: in-process inner runs reuse it)
-from support import CHAIN_BUDGET, LEAKY
+from support import (
+    ALLOW_CHOICES,
+    CHAIN_BUDGET,
+    INNER_RUN,
+    LEAKY,
+    MARKER_SIGNATURE,
+    STRATEGY_CHOICES,
+    run_inner,
+)
 
 from pytest_eagersession import session as session_module
 from pytest_eagersession.tracking import TRACKER
@@ -25,13 +33,7 @@ from pytest_eagersession.tracking import TRACKER
 # outside their sessions belongs to the outer test's session, and pytester keeps it.
 pytestmark = pytest.mark.cleanup(leaks="off")
 
-STRATEGY_CHOICES = "choose one of in_background, on_safe_points, on_session_close"
-# The marker's signature, as far as it goes today (keywords may be added after these).
-SIGNATURE = "cleanup(strategy=None, *, leaks=None, allow=None, track_creation=None*)"
-ALLOW_CHOICES = (
-    "allow takes a predicate on a Survivor, a regular expression searched in its summary, "
-    "or a list of those"
-)
+SIGNATURE = f"{MARKER_SIGNATURE}*)"
 #: Seconds a subprocess run may take before it counts as hung.
 HANG_S = 120
 
@@ -55,16 +57,8 @@ THREADS_AT_EXIT = """
 """
 
 
-def run(pytester: pytest.Pytester, *args: str, **kwargs: bool) -> pytest.RunResult:
-    return pytester.runpytest_inprocess(
-        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", CHAIN_BUDGET, *args, **kwargs
-    )
-
-
 def run_subprocess(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", CHAIN_BUDGET, *args, timeout=HANG_S
-    )
+    return pytester.runpytest_subprocess(*INNER_RUN, CHAIN_BUDGET, *args, timeout=HANG_S)
 
 
 def our_threads() -> set[threading.Thread]:
@@ -142,7 +136,7 @@ def test_keyboard_interrupt_closes_every_session(pytester: pytest.Pytester, wher
     )
     threads_before = our_threads()
     active_before = TRACKER._active
-    result = run(pytester, no_reraise_ctrlc=True)
+    result = run_inner(pytester, no_reraise_ctrlc=True)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["*! KeyboardInterrupt !*"])
     result.stdout.no_fnmatch_line("*test_never_runs*")
@@ -254,7 +248,7 @@ def test_a_failing_fixture_teardown_is_shown_and_the_sessions_closed(
             assert not [t.name for t in threading.enumerate() if t.name in names]
         """
     )
-    result = run(pytester)
+    result = run_inner(pytester)
     result.assert_outcomes(passed=4, errors=3)
     for test, message in [
         ("test_teardown_fails", "teardown broke"),
@@ -409,7 +403,7 @@ def test_the_plugin_leaves_no_thread_of_its_own(pytester: pytest.Pytester, carel
     open_before = set(session_module._OPEN_SESSIONS)
     threads_before = our_threads()
     try:
-        result = run(pytester)
+        result = run_inner(pytester)
         left = json.loads((pytester.path / "threads-left.json").read_text())
         outcomes = result.parseoutcomes()
         assert outcomes["errors"] == 3  # setup error, leak, bad marker
@@ -500,7 +494,7 @@ def test_plain():
     pass
 """,
     )
-    result = run(pytester)
+    result = run_inner(pytester)
     result.assert_outcomes(passed=1, errors=len(BAD_MARKERS) + 4)
     for number, message in enumerate(BAD_MARKERS.values()):
         result.stdout.fnmatch_lines([f"*_ ERROR at setup of test_bad_{number} _*", message])
@@ -559,7 +553,7 @@ def test_garbage_options_are_usage_errors(
     pytester.makepyfile("def test_nothing():\n    pass\n")
     if ini is not None:
         pytester.makeini(f"[pytest]\n{ini}\n")
-    result = run(pytester, *args)
+    result = run_inner(pytester, *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: {expected}"])
     no_internal_error(result)
@@ -583,10 +577,10 @@ def test_an_output_path_under_a_file_is_a_usage_error_before_any_test(
     blocker.write_text("not a folder")
     path = blocker / target
     if where == "cli":
-        result = run(pytester, f"{flag}={path}")
+        result = run_inner(pytester, f"{flag}={path}")
     else:
         pytester.makeini(f"[pytest]\naddopts = {flag}={path}\n")
-        result = run(pytester)
+        result = run_inner(pytester)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [f"ERROR: {flag}: expected {what} that can be written, got '{path}': {blocker} is not *"]
@@ -628,10 +622,10 @@ def test_an_output_path_in_a_read_only_folder_is_a_usage_error(
     path = locked / target
     try:
         if where == "cli":
-            result = run(pytester, f"{flag}={path}")
+            result = run_inner(pytester, f"{flag}={path}")
         else:
             pytester.makeini(f"[pytest]\naddopts = {flag}={path}\n")
-            result = run(pytester)
+            result = run_inner(pytester)
     finally:
         monkeypatch.undo()
         locked.chmod(0o755)
@@ -647,7 +641,7 @@ def test_output_paths_to_be_made_in_a_writable_folder_are_accepted(
 ) -> None:
     pytester.makepyfile("def test_nothing(eager_session):\n    pass\n")
     report = pytester.path / "new" / "deeper" / "report.json"
-    result = run(pytester, f"--eagersession-json={report}", "--eagersession-graphs=graphs")
+    result = run_inner(pytester, f"--eagersession-json={report}", "--eagersession-graphs=graphs")
     result.assert_outcomes(passed=1)
     assert json.loads(report.read_text())["tests"][0]["outcome"] == "passed"
 
@@ -660,7 +654,7 @@ def test_a_json_report_that_fails_at_the_end_leaves_a_passing_run_passing(
 
     monkeypatch.setattr("pytest_eagersession.summary.write_json", disk_full)
     pytester.makepyfile("def test_nothing(eager_session):\n    pass\n")
-    result = run(pytester, f"--eagersession-json={pytester.path / 'report.json'}")
+    result = run_inner(pytester, f"--eagersession-json={pytester.path / 'report.json'}")
     result.assert_outcomes(passed=1)
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
@@ -674,7 +668,7 @@ def test_without_objgraph_the_leak_report_is_whole(
     monkeypatch.setitem(sys.modules, "objgraph", None)  # `import objgraph` fails
     pytester.makepyfile(test_leaky=LEAKY)
     graphs = pytester.path / "graphs"
-    result = run(pytester, f"--eagersession-graphs={graphs}")
+    result = run_inner(pytester, f"--eagersession-graphs={graphs}")
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines(
         [
@@ -704,7 +698,7 @@ def run_with_graphs(
     pytester.makepyfile(test_leaky=LEAKY)
     graphs = pytester.path / "graphs"
     report = pytester.path / "report.json"
-    result = run(pytester, f"--eagersession-graphs={graphs}", f"--eagersession-json={report}")
+    result = run_inner(pytester, f"--eagersession-graphs={graphs}", f"--eagersession-json={report}")
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.no_fnmatch_line("*Reference graphs not written*")
     names = sorted(path.name for path in graphs.iterdir())

@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Callable, Iterator
 
 import pytest
-from support import wait_until
+from support import IN_BACKGROUND, ON_SAFE_POINTS, ON_SESSION_CLOSE, wait_until
 
 from pytest_eagersession import (
     EagerSession,
@@ -18,10 +18,6 @@ from pytest_eagersession import (
     ResourceCleanupWarning,
     SessionClosedError,
 )
-
-IN_BACKGROUND = ResourceCleanupStrategy.IN_BACKGROUND
-ON_SAFE_POINTS = ResourceCleanupStrategy.ON_SAFE_POINTS
-ON_SESSION_CLOSE = ResourceCleanupStrategy.ON_SESSION_CLOSE
 
 
 class Referent:

@@ -1,4 +1,4 @@
-"""Issue 3: what a session owns, what each cleanup strategy does, and which objects survive it.
+"""Tracking: what a session owns, what each cleanup strategy does, and which objects survive it.
 
 Every object here is made by ordinary TensorFlow code inside an active session; the session finds
 it by scanning the young gc generations, never through a wrapper.
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from support import return_free_memory
+from support import IN_BACKGROUND, ON_SAFE_POINTS, ON_SESSION_CLOSE, return_free_memory
 from support import wait_until as wait_for
 
 from pytest_eagersession import EagerSession, NativeReference, ResourceCleanupStrategy
@@ -25,9 +25,6 @@ from pytest_eagersession.tracking import CYCLE_BYTES_THRESHOLD
 
 tf = pytest.importorskip("tensorflow")
 
-IN_BACKGROUND = ResourceCleanupStrategy.IN_BACKGROUND
-ON_SAFE_POINTS = ResourceCleanupStrategy.ON_SAFE_POINTS
-ON_SESSION_CLOSE = ResourceCleanupStrategy.ON_SESSION_CLOSE
 MIB = 1024 * 1024
 DELETED = "was deleted when its eager session closed"
 HERE = __file__

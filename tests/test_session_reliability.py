@@ -1,4 +1,4 @@
-"""Issue 8, the session: under concurrency, faults and bad input, nothing is lost, nothing hangs.
+"""The session under stress: with concurrency, faults and bad input, nothing is lost or hangs.
 
 Every stress test runs for a bounded time and joins its threads with a timeout, so that a
 deadlock fails the test instead of hanging the run. The subprocess tests need a fresh process:
@@ -21,6 +21,14 @@ from typing import Any
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from support import (
+    ALLOW_CHOICES,
+    IN_BACKGROUND,
+    LEAKS_CHOICES,
+    MARKER_SIGNATURE,
+    ON_SAFE_POINTS,
+    STRATEGY_CHOICES,
+)
 from support import wait_until as wait_for
 
 from pytest_eagersession import (
@@ -48,9 +56,6 @@ from pytest_eagersession.tracking import TRACKER
 
 tf = pytest.importorskip("tensorflow")
 
-IN_BACKGROUND = ResourceCleanupStrategy.IN_BACKGROUND
-ON_SAFE_POINTS = ResourceCleanupStrategy.ON_SAFE_POINTS
-ON_SESSION_CLOSE = ResourceCleanupStrategy.ON_SESSION_CLOSE
 STRATEGIES = list(ResourceCleanupStrategy)
 
 #: How long each stress test makes and drops resources.
@@ -59,14 +64,7 @@ THREADS = 8
 #: A thread still alive this long after its work should have ended is deadlocked.
 JOIN_S = 30.0
 
-STRATEGY_CHOICES = "choose one of in_background, on_safe_points, on_session_close"
-LEAKS_CHOICES = "choose one of fail, warn, off"
-# The marker's signature, as far as it goes today (keywords may be added after these).
-SIGNATURE = "its signature is cleanup(strategy=None, *, leaks=None, allow=None, track_creation=None"
-ALLOW_CHOICES = (
-    "allow takes a predicate on a Survivor, a regular expression searched in its summary, "
-    "or a list of those"
-)
+SIGNATURE = f"its signature is {MARKER_SIGNATURE}"
 
 # Each test builds and closes its own sessions, with their own strategies and checks; the
 # outer plugin's leak check would only see the tensors that the threads' races attribute to

@@ -1,4 +1,4 @@
-"""Contract 10: async execution, device placement policy and ConfigProto, against TensorFlow."""
+"""A session's TensorFlow context: async execution, device placement policy and ConfigProto."""
 
 from __future__ import annotations
 
