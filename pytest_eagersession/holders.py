@@ -22,12 +22,14 @@ import gc
 import sys
 import time
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from gc import get_referents, is_tracked
 from itertools import compress
 from operator import eq, not_
 from typing import Any
+
+from pytest_eagersession.frames import stack
 
 #: Module name prefixes whose state belongs to TensorFlow and Keras.
 TENSORFLOW_MODULES = ("tensorflow", "keras", "tf_keras", "tensorboard")
@@ -109,7 +111,7 @@ def thread_roots() -> list[Root]:
     for ident, top in sys._current_frames().items():
         if ident == current:
             continue
-        frames = list(_stack(top))
+        frames = list(stack(top))
         if any(frame.f_code.co_filename.startswith(PACKAGE_DIR) for frame in frames):
             continue  # one of our own threads: its locals are our bookkeeping
         name = names.get(ident, f"thread {ident}")
@@ -125,15 +127,9 @@ def frame_name(frame: types.FrameType) -> str:
     return f"frame of {code.co_name} ({code.co_filename}:{frame.f_lineno})"
 
 
-def _stack(frame: types.FrameType | None) -> Iterator[types.FrameType]:
-    while frame is not None:
-        yield frame
-        frame = frame.f_back
-
-
 def running_frames() -> set[int]:
     """Ids of the frames every thread is executing now, the calling thread's included."""
-    return {id(frame) for top in sys._current_frames().values() for frame in _stack(top)}
+    return {id(frame) for top in sys._current_frames().values() for frame in stack(top)}
 
 
 def walk(

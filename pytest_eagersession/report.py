@@ -11,23 +11,32 @@ from typing import Any
 
 from pytest_eagersession.explain import DEFAULT_BUDGET_S, MORE_TIME, Explanation, explain_all
 from pytest_eagersession.holders import Root
+from pytest_eagersession.kinds import (
+    FUNCTION,
+    ITERATOR,
+    RESOURCE,
+    RESOURCE_HANDLE,
+    TABLE,
+    TENSOR,
+    VARIABLE,
+)
 from pytest_eagersession.sizes import format_bytes
 from pytest_eagersession.survivors import Survivor, destroy_resources
 
 # Objects a user holds by name come first; tensors, which they often hold through them, last.
 KIND_ORDER = {
-    "variable": 0,
-    "iterator": 1,
-    "table": 2,
-    "resource": 3,
-    "function": 4,
-    "resource handle": 5,
-    "tensor": 6,
+    VARIABLE: 0,
+    ITERATOR: 1,
+    TABLE: 2,
+    RESOURCE: 3,
+    FUNCTION: 4,
+    RESOURCE_HANDLE: 5,
+    TENSOR: 6,
 }
 
 
 # Kinds whose TensorFlow resource the session can release while the Python object lives on.
-_RESOURCE_OWNERS = frozenset({"variable", "iterator", "table", "resource"})
+_RESOURCE_OWNERS = frozenset({VARIABLE, ITERATOR, TABLE, RESOURCE})
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from pytest_eagersession.frames import stack
 from pytest_eagersession.kinds import TENSOR, Classifier, tensor_nbytes, tensorflow_ready
 
 #: Scans in a row that find few new tensor bytes before the collector's pace is left alone.
@@ -544,14 +545,12 @@ class ResidentMemory:
 
 def user_code_location() -> str | None:
     """``path:line in function`` of the innermost frame outside TensorFlow, Keras, pytest, us."""
-    frame = sys._getframe(2)
-    while frame is not None:
+    for frame in stack(sys._getframe(2)):
         filename = frame.f_code.co_filename
-        if not any(part in filename for part in _INTERNAL_PATH_PARTS) and not filename.startswith(
-            "<"
+        if not filename.startswith("<") and not any(
+            part in filename for part in _INTERNAL_PATH_PARTS
         ):
             return f"{filename}:{frame.f_lineno} in {frame.f_code.co_name}"
-        frame = frame.f_back  # type: ignore[assignment]
     return None
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from pytest_eagersession._tf import context
+from pytest_eagersession.frames import stack
 
 #: Where TensorFlow's ``tf.data`` code lives: the functions it traces for itself are its own.
 _TF_DATA_DIR = "/tensorflow/python/data/"
@@ -72,26 +73,22 @@ def _trace_origin(frame: types.FrameType | None) -> TraceOrigin | None:
     """
     cache: Any = None
     options: Any = None
-    try:
-        while frame is not None:
-            code = frame.f_code
-            if options is None:
-                if code.co_name == "_maybe_define_function" and code.co_filename.endswith(
-                    "tracing_compilation.py"
-                ):
-                    options = frame.f_locals.get("tracing_options")
-                    cache = getattr(options, "function_cache", None)
-                    if cache is None:  # no cache: TensorFlow does not count it as a trace
-                        return None
-            elif code.co_filename.endswith("polymorphic_function.py"):
-                candidate: Any = frame.f_locals.get("self")
-                if getattr(candidate, "_function_cache", None) is cache:
-                    return TraceOrigin(
-                        candidate.python_function, candidate, _creates_variables(options)
-                    )
-            frame = frame.f_back
-    finally:
-        del frame
+    for caller in stack(frame):
+        code = caller.f_code
+        if options is None:
+            if code.co_name == "_maybe_define_function" and code.co_filename.endswith(
+                "tracing_compilation.py"
+            ):
+                options = caller.f_locals.get("tracing_options")
+                cache = getattr(options, "function_cache", None)
+                if cache is None:  # no cache: TensorFlow does not count it as a trace
+                    return None
+        elif code.co_filename.endswith("polymorphic_function.py"):
+            candidate: Any = caller.f_locals.get("self")
+            if getattr(candidate, "_function_cache", None) is cache:
+                return TraceOrigin(
+                    candidate.python_function, candidate, _creates_variables(options)
+                )
     if options is None:
         return None
     return TraceOrigin(getattr(options, "python_function", None), None, _creates_variables(options))

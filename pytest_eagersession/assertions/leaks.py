@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from pytest_eagersession.assertions.errors import LeakAssertionError
 from pytest_eagersession.assertions.scope import active_session, preserved_gc_state
 from pytest_eagersession.explain import DEFAULT_BUDGET_S, Explanation, explain_all
+from pytest_eagersession.frames import stack
 from pytest_eagersession.holders import PACKAGE_DIR
 from pytest_eagersession.report import LeakRecord, build_records, render
 from pytest_eagersession.survivors import AllowFilter, Survivor, check_allow_filter
@@ -93,19 +94,12 @@ def _explain_here(
 def _callers() -> list[types.FrameType]:
     """The running frames below this package's own (and contextlib's, which it enters)."""
     frames: list[types.FrameType] = []
-    frame: types.FrameType | None = sys._getframe(1)
     ours = True
-    try:
-        while frame is not None:
-            filename = frame.f_code.co_filename
-            ours = ours and (
-                filename.startswith(PACKAGE_DIR) or filename.endswith("/contextlib.py")
-            )
-            if not ours:
-                frames.append(frame)
-            frame = frame.f_back
-    finally:
-        del frame
+    for frame in stack(sys._getframe(1)):
+        filename = frame.f_code.co_filename
+        ours = ours and (filename.startswith(PACKAGE_DIR) or filename.endswith("/contextlib.py"))
+        if not ours:
+            frames.append(frame)
     return frames
 
 
