@@ -119,11 +119,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     """The settings every test runs under, TensorFlow's version if it is already imported
     (never imported for this), and a warning on an untested Python."""
     settings = config.stash[SETTINGS_KEY]
-    lines = [f"eagersession: strategy {settings.strategy.value}, leaks {settings.leaks.value}"]
-    tf_module = sys.modules.get("tensorflow")
-    version = getattr(tf_module, "__version__", None)
+    line = f"eagersession: strategy {settings.strategy.value}, leaks {settings.leaks.value}"
+    version = getattr(sys.modules.get("tensorflow"), "__version__", None)
     if isinstance(version, str):
-        lines.append(f"eagersession: TensorFlow {version}")
+        line += f", TensorFlow {version}"
+    lines = [line]
     warning = python_warning()
     if warning is not None:
         lines.append(f"eagersession: WARNING: {warning}")

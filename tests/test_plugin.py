@@ -183,11 +183,9 @@ def test_a_teardown_that_fails_for_another_reason_is_an_error_not_a_leak(
 def test_the_header_names_tensorflow_only_once_imported(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_nothing():\n    pass\n")
     result = run_inner(pytester, "--eagersession-leaks=warn")
+    version = tensorflow.__version__
     result.stdout.fnmatch_lines(
-        [
-            "eagersession: strategy in_background, leaks warn",
-            f"eagersession: TensorFlow {tensorflow.__version__}",
-        ]
+        [f"eagersession: strategy in_background, leaks warn, TensorFlow {version}"]
     )
 
 
@@ -1033,6 +1031,6 @@ def test_enabled_plugin_without_tensorflow_never_imports_it(pytester: pytest.Pyt
     )
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["eagersession: strategy on_safe_points, leaks fail"])
-    result.stdout.no_fnmatch_line("eagersession: TensorFlow*")  # not imported for the header
+    result.stdout.no_fnmatch_line("*TensorFlow*")  # not imported for the header
     tests = _by_nodeid(json_path)
     assert {entry["strategy"] for entry in tests.values()} == {"on_safe_points"}
