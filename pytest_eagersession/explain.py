@@ -138,11 +138,23 @@ def explain_all(
         list(framework),
         [root for root in modules if root.internal],
     ]
-    tapes = persistent_tapes()
-    found = walk([*objects, *tapes], tiers, deadline=started + budget_s)
+    deadline = started + budget_s
+    found = walk(objects, tiers, deadline=deadline)
+    tapes: list[Any] = []
+    native: str | None = None
     try:
+        if not found.timed_out and len(found.chains) < len({id(obj) for obj in objects}):
+            # Something has no Python holder: a persistent tape may keep it (from C++), and
+            # who holds the tape is the useful answer. Listing the heap for tapes costs about
+            # as much as the walk, so only here.
+            tapes = persistent_tapes()
+            if tapes:
+                tape_walk = walk(tapes, tiers, deadline=deadline)
+                try:
+                    native = _native_holder(tapes, tape_walk.chains)
+                finally:
+                    tape_walk.close()
         seconds = time.perf_counter() - started
-        native = _native_holder(tapes, found.chains)
         explanations = []
         for obj in objects:
             hit = found.chains.get(id(obj))
