@@ -286,15 +286,26 @@ def _root_name(root: Any) -> str:
     return type(root).__name__
 
 
+_MISSING = object()
+
+
 def _owns_dict(parent: Any, child: dict[Any, Any]) -> bool:
     try:
         attributes = getattr(parent, "__dict__", None)
         if attributes is child:
             return True
+        if attributes is None:
+            # an instance dict its class does not show as __dict__ (pybind11 classes, such as
+            # tf.Graph): its first attribute reads back through the object
+            first = next(iter(child.items()), None)
+            return (
+                first is not None
+                and isinstance(first[0], str)
+                and getattr(parent, first[0], _MISSING) is first[1]
+            )
         # a class's __dict__ is a read-only proxy of the dict the chain goes through
         return (
             isinstance(parent, type)
-            and attributes is not None
             and len(attributes) == len(child)
             and all(attributes.get(key) is value for key, value in child.items())
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 import sys
 import threading
@@ -90,6 +91,24 @@ def test_an_attribute_reads_the_same_with_or_without_the_instance_dict() -> None
     deeper = render_chain([outer, holder, payload, payload.items])
     assert deeper == render_chain([outer, holder, payload, payload.__dict__, payload.items])
     assert deeper == "list -> [0] (Holder).payload (Payload).items -> list"
+
+
+class HiddenDict:
+    """Keeps its attributes in an instance dict it does not show as ``__dict__`` (as tf.Graph)."""
+
+    def __getattribute__(self, name: str) -> object:
+        if name == "__dict__":
+            raise AttributeError(name)
+        return object.__getattribute__(self, name)
+
+
+def test_an_attribute_reads_as_one_even_where_the_class_hides_its_dict() -> None:
+    holder, payload = HiddenDict(), Payload()
+    holder.payload = payload  # type: ignore[attr-defined]
+    object.__getattribute__(holder, "__dict__")  # made a dict (3.11+ keeps attributes inline)
+    instance_dict = next(ref for ref in gc.get_referents(holder) if isinstance(ref, dict))
+    chain = render_chain([[holder], holder, instance_dict, payload])
+    assert chain == "list -> [0] (HiddenDict).payload -> Payload"
 
 
 def test_a_closure_link_is_named_by_its_free_variable() -> None:
