@@ -40,8 +40,12 @@ class MemoryWatch:
 
     A collection in the cleaner promotes the young objects without a scan (the cleaner never
     lists the heap), so the full one waits for a scan: it hurries the collector, and collects
-    as soon as a thread that may scan has looked at the young generations since.
+    as soon as a thread that may scan has looked at the young generations since, or after
+    ``FULL_WAIT_LOOKS`` looks without one (the code is not allocating: waiting, or in a long
+    TensorFlow call; what it made since the last scan may then go unattributed).
     """
+
+    FULL_WAIT_LOOKS = 10
 
     def __init__(self, collector: CycleCollector) -> None:
         self._collector = collector
@@ -49,6 +53,7 @@ class MemoryWatch:
         self._full_low: int | None = None
         self._full_gap = collector.FULL_EVERY * collector.threshold
         self._full_after_scan: int | None = None  # the scan count a full collection waits past
+        self._full_waited = 0  # looks since it began to wait
 
     def look(self) -> None:
         """Read the resident memory once and act on its growth."""
@@ -66,10 +71,11 @@ class MemoryWatch:
 
     def _collect_full_after_a_scan(self, resident: int, threshold: int) -> None:
         if self._full_after_scan is None:
-            self._full_after_scan = TRACKER.scans
+            self._full_after_scan, self._full_waited = TRACKER.scans, 0
             TRACKER.hurry()
             return
-        if TRACKER.scans == self._full_after_scan:
+        self._full_waited += 1
+        if TRACKER.scans == self._full_after_scan and self._full_waited < self.FULL_WAIT_LOOKS:
             return  # no scan yet: the young objects would be promoted unseen
         self._full_after_scan = None
         self._collector.collect_full()

@@ -928,3 +928,11 @@ def test_the_cleaner_collects_in_full_only_after_a_scan(monkeypatch) -> None:
     assert collections == [1]
     watch.look()
     assert collections == [1]
+    # Where no scan comes (the code waits, allocating nothing), it collects after a while.
+    resident[0] += 8 * MIB
+    watch.look()  # due: it hurries the collector and begins to wait
+    for _ in range(cleaner.MemoryWatch.FULL_WAIT_LOOKS - 1):
+        watch.look()
+    assert collections == [1]
+    watch.look()
+    assert collections == [1, 1]
