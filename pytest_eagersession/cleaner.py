@@ -47,10 +47,12 @@ class MemoryWatch:
 
     FULL_WAIT_LOOKS = 10
 
-    def __init__(self, collector: CycleCollector) -> None:
+    def __init__(self, collector: CycleCollector, baseline: int | None = None) -> None:
         self._collector = collector
-        self._low: int | None = None
-        self._full_low: int | None = None
+        # ``baseline``: the resident memory when the session was activated, read then, so that
+        # what the code allocates before the cleaner's first look counts as growth.
+        self._low: int | None = baseline
+        self._full_low: int | None = baseline
         self._full_gap = collector.FULL_EVERY * collector.threshold
         self._full_after_scan: int | None = None  # the scan count a full collection waits past
         self._full_waited = 0  # looks since it began to wait
@@ -98,6 +100,7 @@ class Cleaner:
         self._owner = owner
         self._references = references
         self._collector = collector
+        self._baseline: int | None = None
         self.thread = threading.Thread(
             target=self._run, name=f"eagersession-cleaner-{id(owner):x}", daemon=True
         )
@@ -105,7 +108,9 @@ class Cleaner:
         self.thread.start()
 
     def wake(self) -> None:
-        """Start watching memory afresh: the session was just activated."""
+        """Start watching memory afresh, from the resident memory now: the session was just
+        activated (the thread may look only after the code has allocated a lot)."""
+        self._baseline = _RESIDENT.read()
         self._references.garbage_queue.put(WAKE)
 
     def request_stop(self) -> None:
@@ -149,7 +154,7 @@ class Cleaner:
                 if item is STOP:
                     return
                 if item is WAKE:
-                    memory = MemoryWatch(self._collector)
+                    memory = MemoryWatch(self._collector, self._baseline)
                     continue
                 failures: list[str] = []
                 if references.delete(item, failures):

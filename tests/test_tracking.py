@@ -936,3 +936,20 @@ def test_the_cleaner_collects_in_full_only_after_a_scan(monkeypatch) -> None:
     assert collections == [1]
     watch.look()
     assert collections == [1, 1]
+
+
+def test_memory_grown_before_the_cleaners_first_look_counts(monkeypatch) -> None:
+    """The watch starts from the memory at activation, not from whenever the cleaner first looks."""
+    from pytest_eagersession import cleaner
+    from pytest_eagersession.tracking import TRACKER, CycleCollector
+
+    collector = CycleCollector(threshold=MIB)
+    hurried: list[int] = []
+    monkeypatch.setattr(TRACKER, "hurry", lambda: hurried.append(1))
+    monkeypatch.setattr(cleaner._RESIDENT, "read", lambda: 102 * MIB)
+    watch = cleaner.MemoryWatch(collector, baseline=100 * MIB)
+    watch.look()  # 2 MiB above the baseline: past the threshold, so the collector is hurried
+    assert hurried == [1]
+    late = cleaner.MemoryWatch(collector)
+    late.look()  # without a baseline, the first look is the baseline: no growth
+    assert hurried == [1]
