@@ -56,6 +56,8 @@ class MemoryWatch:
         self._full_gap = collector.FULL_EVERY * collector.threshold
         self._full_after_scan: int | None = None  # the scan count a full collection waits past
         self._full_waited = 0  # looks since it began to wait
+        self._hurried_at: int | None = None  # the scan count at the latest hurry, while waiting
+        self._idle_looks = 0
 
     def look(self) -> None:
         """Read the resident memory once and act on its growth."""
@@ -67,9 +69,30 @@ class MemoryWatch:
         self._full_low = resident if self._full_low is None else min(self._full_low, resident)
         if self._full_after_scan is not None or resident - self._full_low >= self._full_gap:
             self._collect_full_after_a_scan(resident, threshold)
-        elif resident - self._low >= threshold:
+            return
+        if resident - self._low >= threshold:
             TRACKER.hurry()
             self._low = resident
+            if self._hurried_at is None:
+                self._hurried_at, self._idle_looks = TRACKER.scans, 0
+        elif self._hurried_at is not None:
+            self._collect_young_if_idle()
+
+    def _collect_young_if_idle(self) -> None:
+        """After a hurry: the code's own collections take over, or, idle, the cleaner's does.
+
+        A scan since the hurry means the code allocates, so its collections run at the pace
+        the scans set. None for ``FULL_WAIT_LOOKS`` looks means it waits, allocating nothing:
+        the cleaner collects the middle generation, where cycles promoted alive die (a
+        cleaner's own young collections leave that generation alone, see ``Tracker``).
+        """
+        assert self._hurried_at is not None
+        self._idle_looks += 1
+        if TRACKER.scans != self._hurried_at:
+            self._hurried_at = None
+        elif self._idle_looks >= self.FULL_WAIT_LOOKS:
+            self._hurried_at = None
+            self._collector.collect_middle()
 
     def _collect_full_after_a_scan(self, resident: int, threshold: int) -> None:
         if self._full_after_scan is None:

@@ -204,6 +204,14 @@ class CycleCollector:
             self._collections += 1
         gc.collect()
 
+    def collect_middle(self) -> None:
+        """Collect the young and middle generations now (the cleaner, when the code is idle)."""
+        if not gc.isenabled():  # the code turned automatic collection off: leave it so
+            return
+        with self._lock:
+            self._collections += 1
+        gc.collect(1)
+
     def count_early(self) -> None:
         """Count a collection of the interpreter's that pacing brought forward."""
         with self._lock:

@@ -953,3 +953,36 @@ def test_memory_grown_before_the_cleaners_first_look_counts(monkeypatch) -> None
     late = cleaner.MemoryWatch(collector)
     late.look()  # without a baseline, the first look is the baseline: no growth
     assert hurried == [1]
+
+
+def test_the_cleaner_collects_the_middle_generation_when_the_code_is_idle(monkeypatch) -> None:
+    """After a hurry that no scan followed (the code allocates nothing), the cleaner collects."""
+    from pytest_eagersession import cleaner
+    from pytest_eagersession.tracking import TRACKER, CycleCollector
+
+    collector = CycleCollector(threshold=MIB)
+    collected: list[str] = []
+    monkeypatch.setattr(collector, "collect_middle", lambda: collected.append("middle"))
+    monkeypatch.setattr(collector, "collect_full", lambda: collected.append("full"))
+    monkeypatch.setattr(TRACKER, "hurry", lambda: None)
+    scans = [0]
+    monkeypatch.setattr(type(TRACKER), "scans", property(lambda _: scans[0]))
+    resident = [100 * MIB]
+    monkeypatch.setattr(cleaner._RESIDENT, "read", lambda: resident[0])
+    waits = cleaner.MemoryWatch.FULL_WAIT_LOOKS
+    watch = cleaner.MemoryWatch(collector, baseline=100 * MIB)
+    resident[0] += 2 * MIB  # past one threshold, not three: a hurry
+    watch.look()
+    for _ in range(waits - 1):
+        watch.look()
+    assert collected == []
+    watch.look()
+    assert collected == ["middle"]
+    # A scan after the hurry: the code allocates, and its own collections take over.
+    watch = cleaner.MemoryWatch(collector, baseline=resident[0])
+    resident[0] += 2 * MIB
+    watch.look()
+    scans[0] += 1
+    for _ in range(2 * waits):
+        watch.look()
+    assert collected == ["middle"]
