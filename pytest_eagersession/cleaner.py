@@ -11,12 +11,13 @@ collector by it (``MemoryWatch``), and by the tensor bytes the tracker's scans f
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import threading
 
 from pytest_eagersession._tf import is_ready as tensorflow_ready
 from pytest_eagersession.references import STOP, WAKE, ReferenceRegistry, report_failures
-from pytest_eagersession.tracking import TRACKER, CycleCollector, Owner, ResidentMemory
+from pytest_eagersession.tracking import TRACKER, CycleCollector, Owner
 
 #: How long stopping waits for the cleaner thread to end.
 CLEANER_JOIN_TIMEOUT_S = 5.0
@@ -24,6 +25,34 @@ CLEANER_JOIN_TIMEOUT_S = 5.0
 CLEANER_POLL_S = 0.005
 #: Scans keep pacing while each finds at least this fraction of the threshold in new tensors.
 PACING_FRACTION = 16
+
+
+class ResidentMemory:
+    """The process's resident memory, read without allocating a tracked object (Linux only)."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        self._pid = 0
+        self._page = 0
+
+    def read(self) -> int | None:
+        """Resident bytes now, or None where the system does not say."""
+        if self._pid != os.getpid():  # first use, or a forked child: its own /proc/self
+            self._pid = os.getpid()
+            try:
+                self._fd = os.open("/proc/self/statm", os.O_RDONLY)
+                self._page = os.sysconf("SC_PAGE_SIZE")
+            except (OSError, ValueError, AttributeError):
+                self._fd = None
+        if self._fd is None:
+            return None
+        try:
+            fields = os.pread(self._fd, 96, 0)
+        except OSError:
+            return None
+        start = fields.index(b" ") + 1
+        return int(fields[start : fields.index(b" ", start)]) * self._page
+
 
 _RESIDENT = ResidentMemory()
 
@@ -74,21 +103,21 @@ class MemoryWatch:
             TRACKER.hurry()
             self._low = resident
             if self._hurried_at is None:
-                self._hurried_at, self._idle_looks = TRACKER.scans, 0
+                self._hurried_at, self._idle_looks = TRACKER.middle_collections, 0
         elif self._hurried_at is not None:
             self._collect_young_if_idle()
 
     def _collect_young_if_idle(self) -> None:
-        """After a hurry: the code's own collections take over, or, idle, the cleaner's does.
+        """After a hurry: the code's own collection of the middle generation, or the cleaner's.
 
-        A scan since the hurry means the code allocates, so its collections run at the pace
-        the scans set. None for ``FULL_WAIT_LOOKS`` looks means it waits, allocating nothing:
-        the cleaner collects the middle generation, where cycles promoted alive die (a
-        cleaner's own young collections leave that generation alone, see ``Tracker``).
+        Cycles promoted alive die in the middle generation, which a cleaner's own young
+        collections leave alone (see ``Tracker``). Where the code's threads collect it within
+        ``FULL_WAIT_LOOKS`` looks, nothing more is needed; where they do not (the code waits,
+        or its young collections are all the hurry brought), the cleaner collects it.
         """
         assert self._hurried_at is not None
         self._idle_looks += 1
-        if TRACKER.scans != self._hurried_at:
+        if TRACKER.middle_collections != self._hurried_at:
             self._hurried_at = None
         elif self._idle_looks >= self.FULL_WAIT_LOOKS:
             self._hurried_at = None

@@ -14,7 +14,6 @@ reference and a kind, nothing else; the heap listing itself never outlives one c
 from __future__ import annotations
 
 import gc
-import os
 import sys
 import threading
 import weakref
@@ -357,6 +356,7 @@ class Tracker:
         self._own_collection = False
         self._pacer = CollectionPacer()
         self._scans = 0
+        self._middle_collections = 0
 
     @property
     def classifier(self) -> Classifier:
@@ -367,6 +367,11 @@ class Tracker:
     def scans(self) -> int:
         """How many scans of the young generations have run so far (a counter, never reset)."""
         return self._scans
+
+    @property
+    def middle_collections(self) -> int:
+        """How many collections of the middle (or oldest) generation the code's threads started."""
+        return self._middle_collections
 
     def owner(self) -> Owner | None:
         """The session new objects belong to: the latest activated, else the default one."""
@@ -483,6 +488,8 @@ class Tracker:
         if phase != "start":
             return
         generation = info["generation"]
+        if generation >= 1 and not self.in_quiet_thread():
+            self._middle_collections += 1
         if generation == 0 and self.in_quiet_thread():
             self._young_seen = False
             self._pacer.spare_older()
@@ -522,33 +529,6 @@ def _older_generation_next() -> bool:
 
 
 TRACKER = Tracker()
-
-
-class ResidentMemory:
-    """The process's resident memory, read without allocating a tracked object (Linux only)."""
-
-    def __init__(self) -> None:
-        self._fd: int | None = None
-        self._pid = 0
-        self._page = 0
-
-    def read(self) -> int | None:
-        """Resident bytes now, or None where the system does not say."""
-        if self._pid != os.getpid():  # first use, or a forked child: its own /proc/self
-            self._pid = os.getpid()
-            try:
-                self._fd = os.open("/proc/self/statm", os.O_RDONLY)
-                self._page = os.sysconf("SC_PAGE_SIZE")
-            except (OSError, ValueError, AttributeError):
-                self._fd = None
-        if self._fd is None:
-            return None
-        try:
-            fields = os.pread(self._fd, 96, 0)
-        except OSError:
-            return None
-        start = fields.index(b" ") + 1
-        return int(fields[start : fields.index(b" ", start)]) * self._page
 
 
 def user_code_location() -> str | None:

@@ -19,7 +19,7 @@ import pytest
 from support import IN_BACKGROUND, ON_SAFE_POINTS, ON_SESSION_CLOSE, return_free_memory
 from support import wait_until as wait_for
 
-from pytest_eagersession import EagerSession, NativeReference, ResourceCleanupStrategy
+from pytest_eagersession import EagerSession, NativeReference, ResourceCleanupStrategy, cleaner
 from pytest_eagersession.survivors import Survivor
 from pytest_eagersession.tracking import CYCLE_BYTES_THRESHOLD
 
@@ -378,12 +378,19 @@ def test_cycles_holding_tensors_are_collected_as_tracked_bytes_grow(make_session
     # garbage waits for the next growth): return it, so that these 32 MiB show.
     if strategy is IN_BACKGROUND and not return_free_memory():
         pytest.skip("needs glibc's malloc_trim to make the test's allocations grow memory")
+    before = cleaner._RESIDENT.read() or 0
     with session:
         first = None
         for i in range(count):
             node = Cyclic(tf.fill([1024, 1024], float(i)))  # 4 MiB of float32
             first = first or weakref.ref(node)
             del node
+        grown = (cleaner._RESIDENT.read() or 0) - before
+        if strategy is IN_BACKGROUND and grown < CYCLE_BYTES_THRESHOLD:
+            # TensorFlow's allocator reused memory that earlier tests freed (and that
+            # malloc_trim does not return): nothing shows the cleaner the growth it acts on.
+            session.close()
+            pytest.skip(f"the process's resident memory grew by {grown // MIB} MiB only")
         if strategy is IN_BACKGROUND:
             assert wait_until(lambda: first() is None)
         else:
@@ -906,7 +913,6 @@ def test_collections_in_a_cleaner_thread_never_promote_unseen_objects(make_sessi
 
 def test_the_cleaner_collects_in_full_only_after_a_scan(monkeypatch) -> None:
     """A full collection from the cleaner would promote unscanned objects: it waits for a scan."""
-    from pytest_eagersession import cleaner
     from pytest_eagersession.tracking import TRACKER, CycleCollector
 
     collector = CycleCollector(threshold=MIB)
@@ -940,7 +946,6 @@ def test_the_cleaner_collects_in_full_only_after_a_scan(monkeypatch) -> None:
 
 def test_memory_grown_before_the_cleaners_first_look_counts(monkeypatch) -> None:
     """The watch starts from the memory at activation, not from whenever the cleaner first looks."""
-    from pytest_eagersession import cleaner
     from pytest_eagersession.tracking import TRACKER, CycleCollector
 
     collector = CycleCollector(threshold=MIB)
@@ -956,8 +961,7 @@ def test_memory_grown_before_the_cleaners_first_look_counts(monkeypatch) -> None
 
 
 def test_the_cleaner_collects_the_middle_generation_when_the_code_is_idle(monkeypatch) -> None:
-    """After a hurry that no scan followed (the code allocates nothing), the cleaner collects."""
-    from pytest_eagersession import cleaner
+    """After a hurry that no collection of the middle generation followed, the cleaner collects."""
     from pytest_eagersession.tracking import TRACKER, CycleCollector
 
     collector = CycleCollector(threshold=MIB)
@@ -965,8 +969,8 @@ def test_the_cleaner_collects_the_middle_generation_when_the_code_is_idle(monkey
     monkeypatch.setattr(collector, "collect_middle", lambda: collected.append("middle"))
     monkeypatch.setattr(collector, "collect_full", lambda: collected.append("full"))
     monkeypatch.setattr(TRACKER, "hurry", lambda: None)
-    scans = [0]
-    monkeypatch.setattr(type(TRACKER), "scans", property(lambda _: scans[0]))
+    middles = [0]
+    monkeypatch.setattr(type(TRACKER), "middle_collections", property(lambda _: middles[0]))
     resident = [100 * MIB]
     monkeypatch.setattr(cleaner._RESIDENT, "read", lambda: resident[0])
     waits = cleaner.MemoryWatch.FULL_WAIT_LOOKS
@@ -978,11 +982,11 @@ def test_the_cleaner_collects_the_middle_generation_when_the_code_is_idle(monkey
     assert collected == []
     watch.look()
     assert collected == ["middle"]
-    # A scan after the hurry: the code allocates, and its own collections take over.
+    # The code's own collection of the middle generation after the hurry: nothing more to do.
     watch = cleaner.MemoryWatch(collector, baseline=resident[0])
     resident[0] += 2 * MIB
     watch.look()
-    scans[0] += 1
+    middles[0] += 1
     for _ in range(2 * waits):
         watch.look()
     assert collected == ["middle"]
