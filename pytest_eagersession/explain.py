@@ -139,7 +139,9 @@ def explain_all(
         [root for root in modules if root.internal],
     ]
     deadline = started + budget_s
-    found = walk(objects, tiers, deadline=deadline)
+    # a list of its own: a backward proof in the walk leaves it out, and the caller's is not
+    targets = list(objects)
+    found = walk(targets, tiers, deadline=deadline)
     tapes: list[Any] = []
     native: str | None = None
     try:
@@ -185,6 +187,7 @@ def explain_all(
     finally:
         found.close()
         tapes.clear()
+        targets.clear()
 
 
 def persistent_tapes() -> list[Any]:

@@ -23,6 +23,7 @@ import contextlib
 import functools
 import gc
 import itertools
+import operator
 import threading
 import types
 from collections.abc import Callable, Iterable, Sequence
@@ -60,6 +61,50 @@ def instances(classes: Sequence[type], generations: Sequence[int]) -> list[objec
     finally:
         if paused:
             gc.enable()
+
+
+def referrers(objects: tuple[object, ...]) -> tuple[list[object], list[frozenset[int]]]:
+    """What refers to ``objects``: the referrers other than tuples, and each tuple's item ids.
+
+    A tuple that refers to one of them may be one another thread is still building, so tuples
+    never come back: only the ids of what each one holds, which hold nothing. Made and filtered
+    in one call into C, as ``instances`` lists the heap. ``objects`` itself is left out (the
+    collector skips the tuple it is given). A frozen heap hides its referrers: thaw it first
+    (``OlderObjectsFrozen.thaw_all``).
+    """
+    if not objects:
+        return [], []
+    is_tuple = _subclass_test(tuple)
+    listings = itertools.tee(itertools.starmap(_GET_REFERRERS, [objects]), 5)
+
+    def flat(index: int) -> Iterable[object]:
+        return itertools.chain.from_iterable(listings[index])
+
+    # each tuple's item ids, as a frozenset made in C; then a marker; then the other referrers
+    tuples = map(
+        frozenset,
+        map(
+            partial(map, id),
+            itertools.compress(flat(0), map(is_tuple, map(type, flat(1)))),
+        ),
+    )
+    others = itertools.compress(flat(2), map(operator.not_, map(is_tuple, map(type, flat(3)))))
+    emptied: filter[None] = filter(None, map(list.clear, listings[4]))
+    pipeline = itertools.chain(tuples, (_MARKER,), others, emptied)
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        found = list(pipeline)
+    finally:
+        if paused:
+            gc.enable()
+    split = next(index for index, item in enumerate(found) if item is _MARKER)
+    held: list[frozenset[int]] = found[:split]  # type: ignore[assignment]
+    return found[split + 1 :], held
+
+
+_MARKER = object()
 
 
 def _subclass_test(cls: type) -> partial[bool]:
@@ -165,6 +210,12 @@ class OlderObjectsFrozen:
     def thaw(self) -> bool:
         """Undo this holder's freeze; True when it was in force."""
         return _thaw(self)
+
+    @staticmethod
+    def thaw_all() -> bool:
+        """Undo whichever holder's freeze is in force; True when the heap is not frozen now."""
+        _thaw(None)
+        return gc.get_freeze_count() == 0
 
 
 def _thaw(holder: OlderObjectsFrozen | None) -> bool:

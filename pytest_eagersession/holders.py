@@ -25,11 +25,13 @@ import types
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from gc import get_referents, is_tracked
-from itertools import compress
-from operator import eq, not_
+from itertools import compress, repeat
+from operator import eq, gt, not_
+from sys import getrefcount
 from typing import Any
 
 from pytest_eagersession.frames import stack
+from pytest_eagersession.unheld import unheld
 
 #: Module name prefixes whose state belongs to TensorFlow and Keras.
 TENSORFLOW_MODULES = ("tensorflow", "keras", "tf_keras", "tensorboard")
@@ -142,19 +144,24 @@ def walk(
     """
     walker = _Walker({id(obj) for obj in wanted}, running_frames())
     # The root modules' namespaces are met as roots only: never through a function's globals.
-    namespaces = (
-        vars(root.obj) for tier in tiers for root in tier if isinstance(root.obj, types.ModuleType)
-    )
-    walker.seen.update(dict.fromkeys(map(id, namespaces), -1))
+    walker.seen.update(dict.fromkeys(map(id, map(vars, _modules(tiers))), -1))
     found = Walk(walker.chains, False, walker.read_locals)
     # The walk makes a list per object it meets; left on, the collector would run full
     # collections of the heap it is walking, several times per walk.
     collecting = gc.isenabled()
     gc.disable()
     try:
+        proved = False
         for tier in tiers:
             if not walker.pending or walker.timed_out:
                 break
+            if not proved and tier and all(root.internal for root in tier):
+                # TensorFlow's and Keras's state is most of the heap: before walking it, what
+                # provably nothing holds stops being looked for.
+                proved = True
+                walker.pending -= _unheld(walker, wanted, tiers, deadline)
+                if not walker.pending:
+                    break
             walker.walk_tier(tier, deadline)
     except BaseException:
         found.close()
@@ -167,19 +174,48 @@ def walk(
     return found
 
 
+def _unheld(
+    walker: _Walker, wanted: Sequence[object], tiers: Sequence[Sequence[Root]], deadline: float
+) -> set[int]:
+    """The objects still looked for that no root reaches, proved backwards (``unheld``)."""
+    roots = {id(root.obj) for tier in tiers for root in tier}
+    roots.update(id(vars(key)) for key in _modules(tiers))
+    pending = [obj for obj in wanted if id(obj) in walker.pending]
+    ours = {id(wanted), id(pending), *(id(path) for _, path in walker.chains.values())}
+    try:
+        return unheld(pending, roots=roots, ours=ours, package_dir=PACKAGE_DIR, deadline=deadline)
+    finally:
+        pending.clear()
+
+
+def _modules(tiers: Sequence[Sequence[Root]]) -> list[types.ModuleType]:
+    return [root.obj for tier in tiers for root in tier if isinstance(root.obj, types.ModuleType)]
+
+
 #: Objects per batch when a chain is read back through a level.
 _BATCH = 512
 
 
+def _one_reference() -> int:
+    """What ``getrefcount`` says, in ``_Walker._fresh``, of an object only one reference leads to."""
+    holder = [[]]
+    flat = list(filter(is_tracked, get_referents(*[holder])))
+    return next(map(getrefcount, flat))
+
+
+_ONE_REFERENCE = _one_reference()
+
+
 class _Walker:
-    """The walk's state. ``seen`` maps the id of each object met to the reference that met it."""
+    """The walk's state. ``seen`` holds the ids of the objects met that more than one reference
+    leads to, each with the number of the reference that met it first (a root's is -1)."""
 
     def __init__(self, wanted: set[int], running: set[int]) -> None:
         self.pending = set(wanted)
         self.running = running
         self.read_locals: list[types.FrameType] = []
         self.seen: dict[int, int] = {}
-        self.met = 0  # references met so far
+        self.met = 0  # references looked up so far
         self.chains: dict[int, tuple[Root, list[Any]]] = {}
         self.timed_out = False
         # this tier's answers of ``_special``, by id, so that reading chains back reuses them
@@ -207,16 +243,12 @@ class _Walker:
                     return
                 flat = self._expand(level, internal, root=not levels)
                 levels.append(level)
-                ids = list(map(id, flat))
-                # One lookup per reference: each gets a number of its own, which setdefault
-                # answers only for an id met for the first time; the next level keeps those.
-                numbers = range(self.met, self.met + len(ids))
-                self.met += len(ids)
-                fresh = list(map(eq, map(self.seen.setdefault, ids, numbers), numbers))
-                level = list(compress(flat, fresh))
+                start = self.met
+                level = self._fresh(flat)
                 del flat
-                hits = self.pending.intersection(compress(ids, fresh))
-                del ids, fresh
+                # What is wanted is held by the caller too, so it is looked up: met here
+                # when its number is this level's.
+                hits = {key for key in self.pending if self.seen.get(key, -1) >= start}
                 if hits:
                     for obj in compress(level, map(hits.__contains__, map(id, level))):
                         found[id(obj)] = obj, len(levels) - 1
@@ -229,14 +261,31 @@ class _Walker:
             self.special.clear()
             level = []
 
+    def _fresh(self, flat: list[Any]) -> list[Any]:
+        """The objects of ``flat`` the walk meets for the first time, each once.
+
+        Most of a heap is trees: an object that one reference leads to (its count says so) is
+        met once, from its one referrer, so it needs no lookup. The others are looked up once
+        each: every reference gets a number of its own, which ``setdefault`` answers only for
+        an id met for the first time.
+        """
+        shared = list(map(gt, map(getrefcount, flat), repeat(_ONE_REFERENCE)))
+        fresh = list(compress(flat, map(not_, shared)))
+        multiple = list(compress(flat, shared))
+        del shared
+        numbers = range(self.met, self.met + len(multiple))
+        self.met += len(multiple)
+        first = map(eq, map(self.seen.setdefault, map(id, multiple), numbers), numbers)
+        fresh.extend(compress(multiple, first))
+        return fresh
+
     def _expand(self, level: list[Any], internal: bool, *, root: bool) -> list[Any]:
         """What the objects of ``level`` refer to, in the walk's sense, one list for all."""
-        kinds = list(map(type, level))
-        special = {kind for kind in set(kinds) if _is_special(kind)}
+        special = {kind for kind in set(map(type, level)) if _is_special(kind)}
         if not special:
             flat = get_referents(*level)
         else:
-            mask = list(map(special.__contains__, kinds))
+            mask = list(map(special.__contains__, map(type, level)))
             flat = get_referents(*compress(level, map(not_, mask)))
             for obj in compress(level, mask):
                 children = self.special[id(obj)] = self._special(obj, internal, root)
