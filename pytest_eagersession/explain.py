@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_eagersession._tf.state import (
+    DEFAULT_GRAPH_GLOBALS,
+    GRADIENT_REGISTRY_GLOBALS,
     KERAS_CUSTOM_OBJECT_REGISTRIES,
     RANDOM_GENERATOR_GLOBALS,
-    gradient_tape_class,
-    is_recording_persistent,
+    REPLICA_FN_CACHE_GLOBALS,
 )
-from pytest_eagersession.heap import instances
+from pytest_eagersession._tf.tracing import function_label
 from pytest_eagersession.holders import (
     Root,
     frame_name,
@@ -28,6 +29,7 @@ from pytest_eagersession.holders import (
     thread_roots,
     walk,
 )
+from pytest_eagersession.native import native_holder
 
 #: TensorFlow's and Keras's module state that keeps what user code put there, by the chain's start:
 #: such a chain is TensorFlow's, but the cause is the code that filled it.
@@ -41,6 +43,23 @@ FILLED_BY_USER_CODE = (
         RANDOM_GENERATOR_GLOBALS,
         "installed by user code with tf.random.set_global_generator: "
         "TensorFlow keeps it for the rest of the run",
+    ),
+    (
+        GRADIENT_REGISTRY_GLOBALS,
+        "registered in TensorFlow's gradient registry by tf.RegisterGradient, by a "
+        "tf.custom_gradient traced in a tf.function (as Keras's train step does) or by "
+        "tf.saved_model.load for a loaded model's custom gradient: TensorFlow never drops an entry",
+    ),
+    (
+        REPLICA_FN_CACHE_GLOBALS,
+        "cached by tf.distribute for strategy.run of a tf.function: the entry keeps the strategy "
+        "and the function, so TensorFlow keeps both for the rest of the run",
+    ),
+    (
+        DEFAULT_GRAPH_GLOBALS,
+        "kept by TensorFlow's default graph, which holds the Python functions of tf.py_function, "
+        "tf.numpy_function and Dataset.from_generator until it is reset "
+        "(tf.compat.v1.reset_default_graph, keras.backend.clear_session)",
     ),
 )
 
@@ -142,20 +161,13 @@ def explain_all(
     # a list of its own: a backward proof in the walk leaves it out, and the caller's is not
     targets = list(objects)
     found = walk(targets, tiers, deadline=deadline)
-    tapes: list[Any] = []
     native: str | None = None
     try:
         if not found.timed_out and len(found.chains) < len({id(obj) for obj in objects}):
-            # Something has no Python holder: a persistent tape may keep it (from C++), and
-            # who holds the tape is the useful answer. Listing the heap for tapes costs about
-            # as much as the walk, so only here.
-            tapes = persistent_tapes()
-            if tapes:
-                tape_walk = walk(tapes, tiers, deadline=deadline)
-                try:
-                    native = _native_holder(tapes, tape_walk.chains)
-                finally:
-                    tape_walk.close()
+            # Something has no Python holder: a native one (a tape) may keep it, and who holds
+            # that is the useful answer. Listing the heap for it costs about as much as the
+            # walk, so only here.
+            native = native_holder(tiers, deadline=deadline, render=_render_from)
         seconds = time.perf_counter() - started
         explanations = []
         for obj in objects:
@@ -186,34 +198,7 @@ def explain_all(
         return explanations
     finally:
         found.close()
-        tapes.clear()
         targets.clear()
-
-
-def persistent_tapes() -> list[Any]:
-    """The live persistent ``tf.GradientTape``s that recorded something.
-
-    Such a tape keeps every tensor it recorded from C++, where no walk can follow: the usual
-    native holder of a tensor that nothing in Python holds.
-    """
-    tape_class = gradient_tape_class()
-    if tape_class is None:
-        return []
-    return [tape for tape in instances([tape_class], (0, 1, 2)) if is_recording_persistent(tape)]
-
-
-def _native_holder(tapes: Sequence[Any], chains: dict[int, tuple[Root, list[Any]]]) -> str | None:
-    """``the persistent GradientTape held by ...`` for the first tape the walk reached."""
-    for tape in tapes:
-        hit = chains.get(id(tape))
-        if hit is not None:
-            root, chain = hit
-            more = f" (and {len(tapes) - 1} more)" if len(tapes) > 1 else ""
-            return (
-                f"the persistent GradientTape held by {render_chain(chain, root_name=root.name)}"
-                f"{more}: such a tape keeps every tensor it recorded until it is dropped"
-            )
-    return None
 
 
 def _cause(chain: str) -> str | None:
@@ -221,6 +206,10 @@ def _cause(chain: str) -> str | None:
         if any(chain.startswith((start + " ", start + ".")) for start in starts):
             return cause
     return None
+
+
+def _render_from(chain: Sequence[Any], root_name: str) -> str:
+    return render_chain(chain, root_name=root_name)
 
 
 def render_chain(chain: Sequence[Any], *, root_name: str | None = None) -> str:
@@ -273,7 +262,7 @@ def render_chain(chain: Sequence[Any], *, root_name: str | None = None) -> str:
     if len(chain) == 1:
         return parts[0]
     last_name = type(chain[-1]).__name__
-    if parts[-1] == f"({last_name})":  # an unnamed last link: the type alone ends the chain
+    if parts[-1] == f"({_label(chain[-1])})":  # an unnamed last link: the type alone ends the chain
         parts[-1] = last_name
     text = " -> ".join(parts)
     if not text.endswith(last_name):
@@ -319,7 +308,12 @@ def _owns_dict(parent: Any, child: dict[Any, Any]) -> bool:
 def _type_suffix(obj: Any, *, last: bool) -> str:
     if last or isinstance(obj, (type, types.ModuleType)):
         return ""
-    return f" ({type(obj).__name__})"
+    return f" ({_label(obj)})"
+
+
+def _label(obj: Any) -> str:
+    """An object's type name; a traced function's or graph's says whose it is."""
+    return function_label(obj) or type(obj).__name__
 
 
 def _key_for(mapping: dict[Any, Any], value: Any) -> str:
@@ -363,7 +357,7 @@ def _link(parent: Any, child: Any) -> str:
                 return f".{name}"
     except Exception:
         pass
-    return f"({type(child).__name__})"
+    return f"({_label(child)})"
 
 
 def _key_of(mapping: dict[Any, Any], child: Any) -> Any:
@@ -378,6 +372,6 @@ def _key_of(mapping: dict[Any, Any], child: Any) -> Any:
 def _short_repr(value: Any, limit: int = 40) -> str:
     if isinstance(value, weakref.ref):  # a weak-key dictionary's key: its address says nothing
         target = value()
-        return "weakref to dead object" if target is None else f"weakref to {type(target).__name__}"
+        return "weakref to dead object" if target is None else f"weakref to {_label(target)}"
     text = value if isinstance(value, str) and value.startswith("key ") else repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -309,3 +309,265 @@ def test_a_bound_method_leads_to_its_instance(scratch_module) -> None:
         "held by scratch_holder.CALLBACKS (list) -> [0] (method) -> __self__ (Trainer).weights "
         "-> EagerTensor"
     )
+
+
+def test_a_tensor_only_an_unused_tape_keeps_names_the_tape(scratch_module) -> None:
+    x = tf.ones((3, 3))
+    with tf.GradientTape() as tape:  # not persistent, but gradient() is never called
+        tape.watch(x)
+        hidden = tf.tanh(x)
+    scratch_module.TAPE = tape
+    watch = weakref.ref(hidden)
+    del tape, hidden
+    try:
+        hidden = watch()
+        assert hidden is not None  # only the tape keeps it, from C++
+        text = explain(hidden).text()
+        del hidden
+    finally:
+        del scratch_module.TAPE
+    assert text == (
+        "no Python holder; likely kept from native code by the GradientTape, whose gradient() "
+        "was never called, held by scratch_holder.TAPE -> GradientTape: a tape keeps every "
+        "tensor it recorded until its gradient() is called"
+    )
+
+
+def test_no_python_holder_is_said_only_after_a_full_search() -> None:
+    orphan = tf.ones((2,))
+    cycle: list[object] = [orphan]
+    cycle.append(cycle)
+    del cycle
+    full = [explain(orphan, budget_s=budget).text() for budget in (60.0, float("inf"))]
+    stopped = explain(orphan, budget_s=0.0)
+    assert full == [NO_HOLDER, NO_HOLDER]
+    assert stopped.timed_out
+    assert stopped.text().startswith("no holder found within ")
+    assert "no Python holder" not in stopped.text()
+
+
+def test_a_search_stopped_early_names_no_tape(scratch_module) -> None:
+    x = tf.ones((3,))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        hidden = tf.tanh(x)
+    scratch_module.TAPE = tape
+    watch = weakref.ref(hidden)
+    del tape, hidden
+    try:
+        hidden = watch()
+        assert hidden is not None
+        texts = [explain(hidden, budget_s=budget).text() for budget in (0.0, 60.0)]
+        del hidden
+    finally:
+        del scratch_module.TAPE
+    assert texts[0].startswith("no holder found within ")
+    assert texts[1].startswith("no Python holder; likely kept from native code by the persistent")
+
+
+DEFAULT_GRAPH_CAUSE = (
+    "kept by TensorFlow's default graph, which holds the Python functions of tf.py_function, "
+    "tf.numpy_function and Dataset.from_generator until it is reset "
+    "(tf.compat.v1.reset_default_graph, keras.backend.clear_session)"
+)
+
+
+def _py_function(kept: tf.Tensor) -> None:
+    tf.py_function(lambda x: x + kept, [tf.constant(1.0)], tf.float32)
+
+
+def _numpy_function(kept: tf.Tensor) -> None:
+    @tf.function
+    def run(x: tf.Tensor) -> tf.Tensor:
+        return tf.numpy_function(lambda y: y + kept.numpy(), [x], tf.float32)
+
+    run(tf.constant(1.0))
+
+
+def _from_generator(kept: tf.Tensor) -> None:
+    def rows():
+        yield kept
+
+    spec = tf.TensorSpec(kept.shape, kept.dtype)
+    list(tf.data.Dataset.from_generator(rows, output_signature=spec))
+
+
+@pytest.mark.parametrize("use", [_py_function, _numpy_function, _from_generator])
+def test_a_python_function_the_default_graph_keeps_names_the_graph(use) -> None:
+    from pytest_eagersession._tf.resources import fresh_default_graph
+
+    with fresh_default_graph():  # the graph, and what it keeps, die with the block
+        kept = tf.ones((5,))
+        watch = weakref.ref(kept)
+        use(kept)
+        del kept
+        kept = watch()
+        assert kept is not None  # only the default graph keeps it
+        text = explain(kept, budget_s=60).text()
+        del kept
+    assert text.startswith("held by tensorflow.python.framework.ops._default_graph_stack ")
+    assert "(Graph)._py_funcs_used_in_graph (list)" in text
+    assert text.endswith(f"-> closure kept -> EagerTensor ({DEFAULT_GRAPH_CAUSE})")
+
+
+GRADIENT_REGISTRY_CAUSE = (
+    "registered in TensorFlow's gradient registry by tf.RegisterGradient, by a "
+    "tf.custom_gradient traced in a tf.function (as Keras's train step does) or by "
+    "tf.saved_model.load for a loaded model's custom gradient: TensorFlow never drops an entry"
+)
+
+
+def _new_registry_entries(before: set[str]) -> list[str]:
+    return [name for name in ops._gradient_registry._registry if name not in before]
+
+
+def test_a_registered_gradient_names_the_registry() -> None:
+    before = set(ops._gradient_registry._registry)
+
+    def register() -> weakref.ref[tf.Tensor]:
+        kept = tf.ones((8,))
+
+        @tf.RegisterGradient("EagersessionTestLeakyGrad")
+        def _gradient(op, grad):
+            return grad * kept
+
+        return weakref.ref(kept)
+
+    watch = register()
+    try:
+        kept = watch()
+        assert kept is not None
+        text = explain(kept, budget_s=60).text()
+        del kept
+    finally:
+        for name in _new_registry_entries(before):
+            del ops._gradient_registry._registry[name]
+    assert text == (
+        "held by tensorflow.python.framework.ops.gradient_registry (Registry)._registry (dict) "
+        "-> ['EagersessionTestLeakyGrad'] (dict) -> ['type'] (function) -> closure kept "
+        f"-> EagerTensor ({GRADIENT_REGISTRY_CAUSE})"
+    )
+
+
+def test_a_custom_gradient_in_a_tf_function_names_the_registry_and_the_functions_graph() -> None:
+    before = set(ops._gradient_registry._registry)
+
+    def make() -> weakref.ref[tf.Tensor]:
+        kept = tf.ones((1,))
+
+        @tf.custom_gradient
+        def doubled(x):
+            return x * 2.0, lambda dy: dy * 2.0
+
+        @tf.function
+        def train_step(x):
+            return doubled(x * kept)  # kept is the graph's capture: the gradient keeps the graph
+
+        train_step(tf.constant(1.0))
+        return weakref.ref(kept)
+
+    watch = make()
+    try:
+        kept = watch()
+        assert kept is not None  # the tf.function is gone, its graph's gradient is not
+        text = explain(kept, budget_s=60).text()
+        del kept
+    finally:
+        for name in _new_registry_entries(before):
+            del ops._gradient_registry._registry[name]
+    assert re.fullmatch(
+        r"held by tensorflow\.python\.framework\.ops\.gradient_registry \(Registry\)\._registry "
+        r"\(dict\) -> \['CustomGradient-\d+'\] \(dict\) -> \['type'\] \(function\) -> .*"
+        r"\(FuncGraph 'train_step'\).* -> EagerTensor \("
+        + re.escape(GRADIENT_REGISTRY_CAUSE)
+        + r"\)",
+        text,
+    ), text
+
+
+def test_a_loaded_saved_models_custom_gradient_names_the_loaded_function(tmp_path) -> None:
+    class Scaled(tf.Module):
+        def __init__(self) -> None:
+            self.scale = tf.Variable(tf.ones((4,)))
+
+        @tf.function(input_signature=[tf.TensorSpec((4,), tf.float32)])
+        def __call__(self, x):
+            @tf.custom_gradient
+            def scaled(y):
+                def gradient(dy, variables=None):
+                    return dy * self.scale, [dy * y for _ in variables or ()]
+
+                return y * self.scale, gradient
+
+            return scaled(x)
+
+    tf.saved_model.save(Scaled(), str(tmp_path))
+    before = set(ops._gradient_registry._registry)
+    loaded = tf.saved_model.load(str(tmp_path))
+    handle = weakref.ref(loaded.scale.handle)
+    del loaded
+    try:
+        kept = handle()
+        assert kept is not None  # the loaded model is gone, its gradient's capture is not
+        text = explain(kept, budget_s=60).text()
+        del kept
+    finally:
+        for name in _new_registry_entries(before):
+            del ops._gradient_registry._registry[name]
+    assert re.fullmatch(
+        r"held by tensorflow\.python\.framework\.ops\.gradient_registry .* -> closure func "
+        r"\(_WrapperFunction '\w+' loaded from a SavedModel\)\._captured_inputs \(list\) "
+        r"-> \[\d+\] -> EagerTensor \(" + re.escape(GRADIENT_REGISTRY_CAUSE) + r"\)",
+        text,
+    ), text
+
+
+def test_a_tf_function_in_a_chain_is_named_by_its_python_function(scratch_module) -> None:
+    captured = tf.ones((3,))
+
+    @tf.function
+    def step(x):
+        return x + captured
+
+    step(tf.constant(1.0))
+    scratch_module.STEP = step
+    assert explain(captured).text() == (
+        "held by scratch_holder.STEP (Function 'step')._concrete_variable_creation_fn "
+        "(ConcreteFunction 'step')._captured_inputs (list) -> [0] -> EagerTensor"
+    )
+
+
+def test_a_strategy_run_of_a_tf_function_names_the_distribute_cache() -> None:
+    from pytest_eagersession._tf.resources import replica_fn_caches
+
+    def make() -> weakref.ref[tf.Tensor]:
+        kept = tf.ones((10,))
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+
+        @tf.function
+        def replica_step():
+            return kept * 2.0
+
+        strategy.run(replica_step)
+        return weakref.ref(kept)
+
+    before = {id(key) for cache in replica_fn_caches() for key in list(cache.keys())}
+    watch = make()
+    try:
+        kept = watch()
+        assert kept is not None  # the strategy and function are gone, the cache's entry is not
+        text = explain(kept, budget_s=60).text()
+        del kept
+    finally:
+        for cache in replica_fn_caches():
+            for key in [key for key in list(cache.keys()) if id(key) not in before]:
+                del cache[key]
+    assert text == (
+        "held by tensorflow.python.distribute.mirrored_run._cfer_fn_cache (WeakKeyDictionary)"
+        ".data (dict) -> [weakref to MirroredStrategy] (WeakKeyDictionary).data (dict) -> "
+        "[weakref to Function 'replica_step'] (Function 'replica_step')"
+        "._concrete_variable_creation_fn (ConcreteFunction 'replica_step')._captured_inputs "
+        "(list) -> [0] -> EagerTensor (cached by tf.distribute for strategy.run of a "
+        "tf.function: the entry keeps the strategy and the function, so TensorFlow keeps both "
+        "for the rest of the run)"
+    )

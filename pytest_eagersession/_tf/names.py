@@ -51,7 +51,11 @@ NAMES: tuple[PrivateName, ...] = (
     PrivateName(_OPS, "EagerTensor", "classes.search_roots, classes.kind_bases"),
     PrivateName("tensorflow.python.trackable.base", "Trackable", "classes.search_roots"),
     PrivateName("tensorflow.python.data.ops.iterator_ops", "OwnedIterator", "classes.kind_bases"),
-    PrivateName(f"{_POLYMORPHIC}.polymorphic_function", "Function", "classes.kind_bases"),
+    PrivateName(
+        f"{_POLYMORPHIC}.polymorphic_function",
+        "Function",
+        "classes.kind_bases, tracing.function_label",
+    ),
     PrivateName("tensorflow.python.ops.lookup_ops", "LookupInterface", "classes.kind_bases"),
     PrivateName("tensorflow.python.ops.variables", "Variable", "classes.kind_bases"),
     PrivateName("tensorflow.python.trackable.resource", "CapturableResource", "classes.kind_bases"),
@@ -108,16 +112,25 @@ NAMES: tuple[PrivateName, ...] = (
         "resources.destroy_handle",
     ),
     PrivateName("tensorflow.python.framework.dtypes", "int64", "resources.destroy_handle"),
-    PrivateName(_OPS, "_gradient_registry._registry", "resources.gradient_registry"),
+    PrivateName(
+        _OPS,
+        "_gradient_registry._registry",
+        "resources.gradient_registry, state.GRADIENT_REGISTRY_GLOBALS (explain)",
+    ),
+    PrivateName(_OPS, "gradient_registry", "state.GRADIENT_REGISTRY_GLOBALS (explain)"),
     PrivateName(
         "tensorflow.python.distribute.mirrored_run",
         "_cfer_fn_cache",
-        "resources.replica_fn_caches",
+        "resources.replica_fn_caches, state.REPLICA_FN_CACHE_GLOBALS (explain)",
     ),
     PrivateName(_OPS, "Graph", "resources.graph_of_node"),
     PrivateName(_OPS, "Operation", "resources.graph_of_node"),
     PrivateName("tensorflow.python.framework.tensor", "Tensor", "resources.graph_of_node"),
-    PrivateName(_OPS, "_default_graph_stack.is_cleared", "resources.fresh_default_graph"),
+    PrivateName(
+        _OPS,
+        "_default_graph_stack.is_cleared",
+        "resources.fresh_default_graph, state.DEFAULT_GRAPH_GLOBALS (explain)",
+    ),
     PrivateName(
         _OPS, "_default_graph_stack._global_default_graph", "resources.fresh_default_graph"
     ),
@@ -163,14 +176,9 @@ NAMES: tuple[PrivateName, ...] = (
     ),
     PrivateName("tensorflow.python.eager.backprop", "GradientTape", "state.gradient_tape_class"),
     PrivateName(
-        "tensorflow.python.eager.backprop",
-        "_persistent",
-        "state.is_recording_persistent",
-        of="tape",
+        "tensorflow.python.eager.backprop", "_persistent", "state.tape_recording", of="tape"
     ),
-    PrivateName(
-        "tensorflow.python.eager.backprop", "_tape", "state.is_recording_persistent", of="tape"
-    ),
+    PrivateName("tensorflow.python.eager.backprop", "_tape", "state.tape_recording", of="tape"),
     # tracing: trace counting and where a trace came from. ``tracing._trace_origin`` also reads
     # the locals of ``_maybe_define_function``'s frame (``tracing_options``, with its
     # ``function_cache``, ``python_function`` and ``scope_type``) and of ``Function`` methods
@@ -190,6 +198,18 @@ NAMES: tuple[PrivateName, ...] = (
         "_function_cache",
         "tracing._trace_origin",
         of="function",
+    ),
+    # tracing: naming traced functions and their graphs in chains (their ``name`` and
+    # ``graph.name`` are public); a class of a module under ``tensorflow.python.saved_model``
+    # is one the SavedModel loader restores
+    PrivateName(f"{_POLYMORPHIC}.concrete_function", "ConcreteFunction", "tracing.function_label"),
+    PrivateName(f"{_POLYMORPHIC}.atomic_function", "AtomicFunction", "tracing.function_label"),
+    PrivateName("tensorflow.python.framework.func_graph", "FuncGraph", "tracing.function_label"),
+    PrivateName("tensorflow.python.saved_model.load", "_WrapperFunction", "tracing.function_label"),
+    PrivateName(
+        "tensorflow.python.saved_model.function_deserialization",
+        "RestoredFunction",
+        "tracing.function_label",
     ),
 )
 """The table: each private name once per use site's theme, by ``_tf`` submodule."""

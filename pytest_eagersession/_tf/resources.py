@@ -93,13 +93,14 @@ def fresh_default_graph() -> Iterator[None]:
     """
     from tensorflow.python.framework import ops
 
-    graphs = ops._default_graph_stack
-    if not graphs.is_cleared():
+    # The stack is read through the module, never kept in a local: this generator's frame lives
+    # while the block runs, and a chain to what the default graph keeps would go through it.
+    if not ops._default_graph_stack.is_cleared():
         yield
         return
-    saved = graphs._global_default_graph
-    graphs._global_default_graph = None  # TensorFlow makes a new one on first use
+    saved = ops._default_graph_stack._global_default_graph
+    ops._default_graph_stack._global_default_graph = None  # TensorFlow makes one on first use
     try:
         yield
     finally:
-        graphs._global_default_graph = saved
+        ops._default_graph_stack._global_default_graph = saved

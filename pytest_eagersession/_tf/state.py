@@ -1,7 +1,8 @@
 """TensorFlow's and Keras's module state: process-wide objects made once, and registries.
 
 Objects made once per process on first use are never a test's leak; registries filled by user
-code (custom Keras objects, an installed random generator) are named in explanations.
+code (custom Keras objects, an installed random generator, gradients, tf.distribute's cache,
+the default graph's Python functions) and gradient tapes are named in explanations.
 """
 
 from __future__ import annotations
@@ -21,6 +22,17 @@ RANDOM_GENERATOR_GLOBALS = (
     "tensorflow.python.ops.stateful_random_ops.global_generator",
     "tensorflow.python.ops.stateful_random_ops._global_generator",
 )
+#: TensorFlow's gradient registry (``tf.RegisterGradient``; ``tf.custom_gradient`` in a graph;
+#: ``tf.saved_model.load`` for a loaded model's custom gradients). Both names are one registry.
+GRADIENT_REGISTRY_GLOBALS = (
+    "tensorflow.python.framework.ops.gradient_registry",
+    "tensorflow.python.framework.ops._gradient_registry",
+)
+#: ``tf.distribute``'s cache of a function per strategy (``strategy.run`` of a tf.function).
+REPLICA_FN_CACHE_GLOBALS = ("tensorflow.python.distribute.mirrored_run._cfer_fn_cache",)
+#: The stack of default graphs; the global default graph keeps the Python functions of
+#: ``tf.py_function``, ``tf.numpy_function`` and ``Dataset.from_generator``.
+DEFAULT_GRAPH_GLOBALS = ("tensorflow.python.framework.ops._default_graph_stack",)
 
 
 def global_random_generator() -> object:
@@ -62,6 +74,12 @@ def gradient_tape_class() -> type | None:
     return tape_class if isinstance(tape_class, type) else None
 
 
-def is_recording_persistent(tape: object) -> bool:
-    """Whether ``tape`` is a persistent ``tf.GradientTape`` that recorded something."""
-    return bool(getattr(tape, "_persistent", False)) and getattr(tape, "_tape", None) is not None
+def tape_recording(tape: object) -> str | None:
+    """What a ``tf.GradientTape`` still holds a recording for, or None when it holds none.
+
+    ``"persistent"``: a persistent tape, which keeps its recording until it is dropped;
+    ``"unused"``: a tape whose ``gradient()`` was never called, which keeps it until then.
+    """
+    if getattr(tape, "_tape", None) is None:
+        return None
+    return "persistent" if getattr(tape, "_persistent", False) else "unused"

@@ -138,3 +138,42 @@ def registered_function_names() -> frozenset[str]:
         )
     except Exception:
         return frozenset()
+
+
+#: The classes of traced functions and their graphs, by module: a chain names each by its
+#: function's name.
+_FUNCTION_CLASSES = (
+    ("tensorflow.python.eager.polymorphic_function.polymorphic_function", "Function"),
+    ("tensorflow.python.eager.polymorphic_function.concrete_function", "ConcreteFunction"),
+    ("tensorflow.python.eager.polymorphic_function.atomic_function", "AtomicFunction"),
+    ("tensorflow.python.framework.func_graph", "FuncGraph"),
+)
+#: Where the functions a SavedModel's loader restores come from.
+_SAVED_MODEL_MODULES = "tensorflow.python.saved_model."
+
+
+def function_label(obj: object) -> str | None:
+    """``FuncGraph 'step'``: a traced function or its graph with the Python function's name.
+
+    A function ``tf.saved_model.load`` restored says so. None for anything else, and before
+    TensorFlow imported those modules (never imported here).
+    """
+    kind = type(obj)
+    for module_name, class_name in _FUNCTION_CLASSES:
+        cls = getattr(sys.modules.get(module_name), class_name, None)
+        if isinstance(cls, type) and type.__subclasscheck__(cls, kind):
+            break
+    else:
+        return None
+    try:
+        found: Any = obj
+        # a concrete function's graph is built; an AtomicFunction's may be built on demand
+        name = found.graph.name if class_name == "ConcreteFunction" else found.name
+    except Exception:
+        return kind.__name__
+    if isinstance(name, bytes):
+        name = name.decode(errors="replace")
+    label = f"{kind.__name__} {str(name)!r}"
+    if kind.__module__.startswith(_SAVED_MODEL_MODULES):
+        label += " loaded from a SavedModel"
+    return label
