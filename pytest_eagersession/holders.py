@@ -22,11 +22,13 @@ import gc
 import sys
 import time
 import types
-from collections.abc import Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from gc import get_referents, is_tracked
-from itertools import compress, repeat
-from operator import eq, gt, not_
+from itertools import accumulate, compress, count, repeat
+from operator import contains, eq, gt, not_, sub
 from sys import getrefcount
 from typing import Any
 
@@ -142,7 +144,11 @@ def walk(
     The locals of frames still executing are read through ``f_locals`` (the collector does not
     show them); the result's ``close()`` drops any snapshot that reading leaves on a frame.
     """
-    walker = _Walker({id(obj) for obj in wanted}, running_frames())
+    walker = _Walker(
+        {id(obj) for obj in wanted},
+        running_frames(),
+        lambda: _unheld(walker, wanted, tiers, deadline),
+    )
     # The root modules' namespaces are met as roots only: never through a function's globals.
     walker.seen.update(dict.fromkeys(map(id, map(vars, _modules(tiers))), -1))
     found = Walk(walker.chains, False, walker.read_locals)
@@ -151,17 +157,13 @@ def walk(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        proved = False
         for tier in tiers:
-            if not walker.pending or walker.timed_out:
-                break
-            if not proved and tier and all(root.internal for root in tier):
+            if tier and all(root.internal for root in tier) and walker.pending:
                 # TensorFlow's and Keras's state is most of the heap: before walking it, what
                 # provably nothing holds stops being looked for.
-                proved = True
-                walker.pending -= _unheld(walker, wanted, tiers, deadline)
-                if not walker.pending:
-                    break
+                walker.prove_unheld()
+            if not walker.pending or walker.timed_out:
+                break
             walker.walk_tier(tier, deadline)
     except BaseException:
         found.close()
@@ -197,8 +199,8 @@ _BATCH = 512
 
 
 def _one_reference() -> int:
-    """What ``getrefcount`` says, in ``_Walker._fresh``, of an object only one reference leads to."""
-    holder = [[]]
+    """What ``getrefcount`` says, in ``_Walker._fresh``, of an object one reference leads to."""
+    holder: list[list[object]] = [[]]
     flat = list(filter(is_tracked, get_referents(*[holder])))
     return next(map(getrefcount, flat))
 
@@ -207,12 +209,15 @@ _ONE_REFERENCE = _one_reference()
 
 
 class _Walker:
-    """The walk's state. ``seen`` holds the ids of the objects met that more than one reference
-    leads to, each with the number of the reference that met it first (a root's is -1)."""
+    """The walk's state across tiers. ``seen`` holds the ids of the objects met that more than
+    one reference leads to, each with the number of the reference that met it first (-1: a
+    root, or what must never be walked through)."""
 
-    def __init__(self, wanted: set[int], running: set[int]) -> None:
+    def __init__(self, wanted: set[int], running: set[int], prove: Callable[[], set[int]]) -> None:
         self.pending = set(wanted)
         self.running = running
+        self.prove = prove
+        self.proved = False
         self.read_locals: list[types.FrameType] = []
         self.seen: dict[int, int] = {}
         self.met = 0  # references looked up so far
@@ -223,7 +228,15 @@ class _Walker:
         # met, but left to a later tier's roots (counted as seen until that tier starts)
         self.deferred: list[int] = []
 
+    def prove_unheld(self) -> None:
+        """Once per walk: stop looking for what provably nothing holds (``unheld``)."""
+        if not self.proved:
+            self.proved = True
+            self.pending -= self.prove()
+
     def walk_tier(self, tier: Sequence[Root], deadline: float) -> None:
+        """Walk from ``tier``'s roots; then, if something is still wanted, through the bulky
+        containers the walk left aside (after the backward proof, which may spare that)."""
         for key in self.deferred:
             self.seen.pop(key, None)
         self.deferred.clear()
@@ -231,70 +244,27 @@ class _Walker:
         if not roots:
             return
         internal = all(root.internal for root in roots.values())
-        level: list[Any] = [root.obj for root in tier if id(root.obj) in roots]
         self.seen.update(dict.fromkeys(roots, -1))
-        levels: list[list[Any]] = []
-        found: dict[int, tuple[Any, int]] = {}  # by id: the object, the level that met it
         self.special.clear()
+        first = _Search(self, internal, deadline, set_aside=True)
+        bulky = _Search(self, internal, deadline, set_aside=False)
         try:
-            while level and self.pending:
-                if time.perf_counter() > deadline:
-                    self.timed_out = True
-                    return
-                flat = self._expand(level, internal, root=not levels)
-                levels.append(level)
-                start = self.met
-                level = self._fresh(flat)
-                del flat
-                # What is wanted is held by the caller too, so it is looked up: met here
-                # when its number is this level's.
-                hits = {key for key in self.pending if self.seen.get(key, -1) >= start}
-                if hits:
-                    for obj in compress(level, map(hits.__contains__, map(id, level))):
-                        found[id(obj)] = obj, len(levels) - 1
-                    self.pending -= hits
-            for key, path in self._chains(found, levels, internal).items():
+            first.run([root.obj for root in tier if id(root.obj) in roots], root=True)
+            for key, path in first.paths().items():
                 self.chains[key] = roots[id(path[0])], path
+            if first.bulky and self.pending and not self.timed_out:
+                self.prove_unheld()
+            if first.bulky and self.pending and not self.timed_out:
+                bulky.run([obj for obj, _, _ in first.bulky], root=False)
+                starts = {id(obj): (obj, depth, place) for obj, depth, place in first.bulky}
+                for key, path in bulky.paths().items():
+                    head = first.path(*starts[id(path[0])])
+                    self.chains[key] = roots[id(head[0])], head[:-1] + path
+                starts.clear()
         finally:
-            levels.clear()
-            found.clear()
+            first.close()
+            bulky.close()
             self.special.clear()
-            level = []
-
-    def _fresh(self, flat: list[Any]) -> list[Any]:
-        """The objects of ``flat`` the walk meets for the first time, each once.
-
-        Most of a heap is trees: an object that one reference leads to (its count says so) is
-        met once, from its one referrer, so it needs no lookup. The others are looked up once
-        each: every reference gets a number of its own, which ``setdefault`` answers only for
-        an id met for the first time.
-        """
-        shared = list(map(gt, map(getrefcount, flat), repeat(_ONE_REFERENCE)))
-        fresh = list(compress(flat, map(not_, shared)))
-        multiple = list(compress(flat, shared))
-        del shared
-        numbers = range(self.met, self.met + len(multiple))
-        self.met += len(multiple)
-        first = map(eq, map(self.seen.setdefault, map(id, multiple), numbers), numbers)
-        fresh.extend(compress(multiple, first))
-        return fresh
-
-    def _expand(self, level: list[Any], internal: bool, *, root: bool) -> list[Any]:
-        """What the objects of ``level`` refer to, in the walk's sense, one list for all."""
-        special = {kind for kind in set(map(type, level)) if _is_special(kind)}
-        if not special:
-            flat = get_referents(*level)
-        else:
-            mask = list(map(special.__contains__, map(type, level)))
-            flat = get_referents(*compress(level, map(not_, mask)))
-            for obj in compress(level, mask):
-                children = self.special[id(obj)] = self._special(obj, internal, root)
-                if children is None:  # another root walks it
-                    self.deferred.append(id(obj))
-                else:
-                    flat.extend(children)
-        # what the collector does not track (strings, numbers, dicts of them) holds nothing
-        return list(filter(is_tracked, flat))
 
     def _special(self, obj: Any, internal: bool, root: bool) -> list[Any] | None:
         """A module's, frame's or class's children; None: not this tier's to walk."""
@@ -323,58 +293,214 @@ class _Walker:
             and not isinstance(child, types.CodeType)
         ]
 
-    def _chains(
-        self, found: dict[int, tuple[Any, int]], levels: list[list[Any]], internal: bool
-    ) -> dict[int, list[Any]]:
-        """The walk's paths from the roots to the objects ``found``, read back level by level.
-
-        The walk kept each level's objects, not who referred to whom: for each level, from the
-        deepest, the chains' heads are looked for among the children of the level's objects,
-        a batch at a time, and each is given the first object that refers to it.
-        """
-        paths = {key: [obj] for key, (obj, _) in found.items()}
-        for depth in range(len(levels) - 1, -1, -1):
-            heads = {id(paths[key][-1]) for key, (_, met) in found.items() if met >= depth}
-            parents = self._parents(heads, levels[depth], internal, root=depth == 0)
-            for key, (_, met) in found.items():
-                if met >= depth:
-                    paths[key].append(parents[id(paths[key][-1])])
-        for path in paths.values():
-            path.reverse()
-        return paths
-
-    def _parents(
-        self, heads: set[int], level: list[Any], internal: bool, *, root: bool
-    ) -> dict[int, Any]:
-        parents: dict[int, Any] = {}
-        missing = set(heads)
-        for start in range(0, len(level), _BATCH):
-            batch = level[start : start + _BATCH]
-            if missing.isdisjoint(map(id, self._children_of(batch, internal, root))):
-                continue
-            for obj in batch:
-                for key in missing.intersection(map(id, self._children_of([obj], internal, root))):
-                    parents[key] = obj
-                missing -= parents.keys()
-            if not missing:
-                break
-        return parents
-
-    def _children_of(self, objects: list[Any], internal: bool, root: bool) -> list[Any]:
-        """``_expand`` without its bookkeeping: for reading chains back."""
-        kinds = list(map(type, objects))
-        special = {kind for kind in set(kinds) if _is_special(kind)}
+    def _children_of(
+        self, objects: list[Any], internal: bool, root: bool, record: bool = False
+    ) -> list[Any]:
+        """What ``objects`` refer to, in the walk's sense. ``record``: while walking, keep the
+        answers for modules, frames and classes, and defer those another tier walks."""
+        special = {kind for kind in set(map(type, objects)) if _is_special(kind)}
         if not special:
             return get_referents(*objects)
-        mask = list(map(special.__contains__, kinds))
+        mask = list(map(special.__contains__, map(type, objects)))
         flat = get_referents(*compress(objects, map(not_, mask)))
         for obj in compress(objects, mask):
             key = id(obj)
-            children = (
-                self.special[key] if key in self.special else self._special(obj, internal, root)
-            )
+            if key in self.special:
+                children = self.special[key]
+            else:
+                children = self._special(obj, internal, root)
+                if record:
+                    self.special[key] = children
+                    if children is None:  # another root walks it
+                        self.deferred.append(key)
             flat.extend(children or ())
         return flat
+
+
+#: A container with more references than this is walked through last, in its tier, and only
+#: when what is wanted was not found elsewhere (and not proved unheld): a list of a million
+#: numbers costs as much to walk as the rest of the heap.
+_BULKY = 10_000
+
+
+class _Search:
+    """One breadth-first search from a list of objects, in one tier.
+
+    It keeps each level's objects and, for each batch of ``_BATCH`` objects, where its
+    children end in the next level (``_Ends``): enough to read a path back without keeping
+    who referred to whom. The next level is the objects met for the first time, those that one
+    reference leads to first, then the others.
+    """
+
+    def __init__(
+        self, walker: _Walker, internal: bool, deadline: float, *, set_aside: bool
+    ) -> None:
+        self.walker = walker
+        self.internal = internal
+        self.deadline = deadline
+        self.set_aside = set_aside
+        self.levels: list[list[Any]] = []
+        self.ends: list[_Ends] = []
+        # by id: the object, the level whose children it is among, its place there
+        self.found: dict[int, tuple[Any, int, int]] = {}
+        # containers set aside (``_BULKY``), each with its parents' level and its place
+        self.bulky: list[tuple[Any, int, int]] = []
+        # for batches read back (by level and start): the first place referring to each id
+        self.referrers: dict[tuple[int, int], dict[int, int]] = {}
+
+    def run(self, start: list[Any], *, root: bool) -> None:
+        walker = self.walker
+        level = start
+        try:
+            while level and walker.pending:
+                if time.perf_counter() > self.deadline:
+                    walker.timed_out = True
+                    return
+                flat, flat_ends = self._expand(level, root=root and not self.levels)
+                self.levels.append(level)
+                met = walker.met
+                level, ends = self._fresh(flat, flat_ends)
+                self.ends.append(ends)
+                del flat
+                # What is wanted is held by the caller too, so it is looked up: met here
+                # when its number is this level's.
+                hits = {key for key in walker.pending if walker.seen.get(key, -1) >= met}
+                if hits:
+                    places = compress(range(len(level)), map(hits.__contains__, map(id, level)))
+                    for place in places:
+                        self.found[id(level[place])] = level[place], len(self.levels) - 1, place
+                    walker.pending -= hits
+        finally:
+            level = []
+
+    def paths(self) -> dict[int, list[Any]]:
+        """The path to each object found, by its id."""
+        return {key: self.path(*where) for key, where in self.found.items()}
+
+    def close(self) -> None:
+        self.levels.clear()
+        self.ends.clear()
+        self.found.clear()
+        self.bulky.clear()
+        self.referrers.clear()
+
+    def _expand(self, level: list[Any], *, root: bool) -> tuple[list[Any], list[int]]:
+        """What the objects of ``level`` refer to, in the walk's sense, one list for all; and
+        its length after each batch of ``_BATCH`` objects."""
+        walker = self.walker
+        flat: list[Any] = []
+        flat_ends = []
+        for start in range(0, len(level), _BATCH):
+            batch = level[start : start + _BATCH]
+            children = walker._children_of(batch, self.internal, root, True)
+            if self.set_aside and not root and len(children) > _BULKY:
+                children = self._set_aside(batch, start, root)
+            # what the collector does not track (strings, numbers, dicts of them) holds nothing
+            flat.extend(filter(is_tracked, children))
+            del children, batch
+            flat_ends.append(len(flat))
+        return flat, flat_ends
+
+    def _set_aside(self, batch: list[Any], start: int, root: bool) -> list[Any]:
+        """The children of ``batch`` but for its bulky containers, which are set aside."""
+        walker = self.walker
+        sizes = [len(walker._children_of([obj], self.internal, root)) for obj in batch]
+        parents = len(self.levels) - 1  # the batch is among the children of that level
+        rest = []
+        for offset, (obj, size) in enumerate(zip(batch, sizes, strict=True)):
+            if size > _BULKY:
+                self.bulky.append((obj, parents, start + offset))
+            else:
+                rest.append(obj)
+        try:
+            return walker._children_of(rest, self.internal, root, True)
+        finally:
+            rest.clear()
+
+    def _fresh(self, flat: list[Any], flat_ends: list[int]) -> tuple[list[Any], _Ends]:
+        """The objects of ``flat`` the walk meets for the first time, each once.
+
+        Most of a heap is trees: an object that one reference leads to (its count says so) is
+        met once, from its one referrer, so it needs no lookup. The others are looked up once
+        each: every reference gets a number of its own, which ``setdefault`` answers only for
+        an id met for the first time.
+        """
+        walker = self.walker
+        shared = list(map(gt, map(getrefcount, flat), repeat(_ONE_REFERENCE)))
+        level = list(compress(flat, map(not_, shared)))
+        multiple = list(compress(flat, shared))
+        numbers = range(walker.met, walker.met + len(multiple))
+        walker.met += len(multiple)
+        firsts = list(map(eq, map(walker.seen.setdefault, map(id, multiple), numbers), numbers))
+        singles = len(level)
+        level.extend(compress(multiple, firsts))
+        del multiple
+        multiple_ends = _counts(shared, flat_ends)
+        single_ends = list(map(sub, flat_ends, multiple_ends))
+        return level, _Ends(singles, single_ends, _counts(firsts, multiple_ends))
+
+    def path(self, obj: Any, depth: int, place: int) -> list[Any]:
+        """The path from the search's start to ``obj``, read back level by level: the batch
+        that met it is found by its place, and in it the first object that refers to it."""
+        path = [obj]
+        for at in range(depth, -1, -1):
+            start = self.ends[at].batch(place) * _BATCH
+            known = self.referrers.get((at, start))
+            if known is not None:
+                place = start + known[id(path[-1])]
+            else:
+                batch = self.levels[at][start : start + _BATCH]
+                place = start + self._first_referrer(batch, id(path[-1]), (at, start))
+                del batch
+            path.append(self.levels[at][place])
+        path.reverse()
+        return path
+
+    def _first_referrer(self, batch: list[Any], key: int, where: tuple[int, int]) -> int:
+        """Where in ``batch`` the first object whose children include the object ``key`` is.
+
+        The collector answers for most objects, in C. Modules, frames and classes have children
+        of the walk's choosing, and a root module many: a batch with any of them is indexed
+        once (``referrers``), since the paths of a report often share its first levels.
+        """
+        kinds = set(map(type, batch))
+        if any(map(_is_special, kinds)):
+            places: dict[int, int] = {}
+            for place in range(len(batch) - 1, -1, -1):  # the first place is written last
+                children = self.walker._children_of([batch[place]], self.internal, where[0] == 0)
+                places.update(zip(map(id, children), repeat(place)))
+                del children
+            self.referrers[where] = places
+            if key in places:
+                return places[key]
+        else:
+            ids: Iterator[Iterator[int]] = map(partial(map, id), map(get_referents, batch))
+            refers = map(contains, ids, repeat(key))  # type: ignore[arg-type]
+            for place in compress(count(), refers):
+                return place
+        raise LookupError("a walk's path could not be read back")
+
+
+@dataclass(frozen=True)
+class _Ends:
+    """Where each batch's children end in a level: its first ``singles`` objects (those one
+    reference leads to), then the others."""
+
+    singles: int
+    single_ends: list[int]
+    other_ends: list[int]
+
+    def batch(self, place: int) -> int:
+        """The batch whose children include the object at ``place``."""
+        if place < self.singles:
+            return bisect_right(self.single_ends, place)
+        return bisect_right(self.other_ends, place - self.singles)
+
+
+def _counts(flags: list[bool], ends: list[int]) -> list[int]:
+    """How many of ``flags`` are true up to each of ``ends`` (which run up to its length)."""
+    batches = map(flags.__getitem__, map(slice, [0, *ends[:-1]], ends))
+    return list(accumulate(map(list.count, batches, repeat(True))))
 
 
 def _is_special(kind: type) -> bool:

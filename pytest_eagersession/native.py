@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pytest_eagersession._tf.state import gradient_tape_class, tape_recording
-from pytest_eagersession.heap import instances
+from pytest_eagersession.heap import instances_of
 from pytest_eagersession.holders import Root, walk
 
 #: Renders a chain from the root of the given name (``explain.render_chain``).
@@ -41,7 +41,7 @@ def native_holder(
     tape_class = gradient_tape_class()
     if tape_class is None:
         return None
-    tapes = [tape for tape in instances([tape_class], (0, 1, 2)) if tape_recording(tape)]
+    tapes = [tape for tape in instances_of(tape_class) if tape_recording(tape)]
     try:
         if not tapes:
             return None

@@ -69,31 +69,29 @@ def unheld(
     own = {*ours, id(frames), id(read)}
     try:
         locals_ids = _running_frames(package_dir, frames, read)
+        # a snapshot of a running frame's locals refers to what they do: the frame stands for it
+        own.update(id(frame.f_locals) for frame in read)
         proved: set[int] = set()
-        for _ in range(MAX_STEPS):
-            if not proofs or time.perf_counter() > deadline:
-                break
-            _step(proofs, roots, own, package_dir)
+        for steps in range(MAX_STEPS + 1):
             for key, proof in list(proofs.items()):
-                if proof.frontier:
-                    continue
-                # closed under the collector's references: the running frames' locals next
+                # the running frames' locals, which the collector does not show
                 holding = [
                     frame
                     for frame, ids in zip(frames, locals_ids, strict=True)
-                    if not ids.isdisjoint(proof.members)
+                    if id(frame) not in proof.members and not ids.isdisjoint(proof.members)
                 ]
                 if any(id(frame) in roots for frame in holding):
                     del proofs[key]
                     continue
-                fresh = {id(frame): frame for frame in holding if id(frame) not in proof.members}
+                proof.frontier.update((id(frame), frame) for frame in holding)
+                proof.members.update(map(id, holding))
                 del holding
-                if fresh:
-                    proof.frontier = fresh
-                    proof.members.update(fresh)
-                else:
+                if not proof.frontier:  # nothing more refers to the set: no root reaches it
                     proved.add(key)
                     del proofs[key]
+            if not proofs or steps == MAX_STEPS or time.perf_counter() > deadline:
+                break
+            _step(proofs, roots, own, package_dir)
         return proved
     finally:
         proofs.clear()

@@ -1,0 +1,165 @@
+"""Proving backwards that no root reaches an object, and the walk's shortcuts that rely on it."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+import types
+from collections.abc import Iterator
+
+import pytest
+
+from pytest_eagersession.heap import instances_of, referrers
+from pytest_eagersession.holders import _BULKY, PACKAGE_DIR, Root, thread_roots, walk
+from pytest_eagersession.unheld import unheld
+
+
+class Payload:
+    """Something to look for: an instance the collector tracks."""
+
+
+@pytest.fixture
+def module() -> Iterator[types.ModuleType]:
+    scratch = types.ModuleType("scratch_unheld")
+    sys.modules[scratch.__name__] = scratch
+    yield scratch
+    del sys.modules[scratch.__name__]
+
+
+def roots_of(module: types.ModuleType) -> set[int]:
+    return {id(module), id(vars(module))}
+
+
+def test_referrers_never_hand_back_a_tuple() -> None:
+    target = Payload()
+    in_list = [target]
+    in_tuple = (target, 1)
+    found, tuples = referrers((target,))
+    assert any(obj is in_list for obj in found)
+    assert not any(isinstance(obj, tuple) for obj in found)
+    assert frozenset({id(target), id(1)}) in tuples
+    del in_tuple
+
+
+def test_instances_of_a_python_class_include_its_subclasses() -> None:
+    class Base:
+        pass
+
+    class Derived(Base):
+        pass
+
+    made = [Base(), Derived(), Derived()]
+    found = instances_of(Base)
+    assert sorted(map(id, found)) == sorted(map(id, made))
+    found.clear()
+
+
+def test_an_object_only_a_cycle_keeps_is_proved_unheld(module: types.ModuleType) -> None:
+    target = Payload()
+    cycle: list[object] = [target]
+    cycle.append(cycle)
+    del cycle
+    assert unheld([target], roots=roots_of(module), package_dir=PACKAGE_DIR) == {id(target)}
+
+
+def test_a_module_global_is_not_unheld(module: types.ModuleType) -> None:
+    target = Payload()
+    module.KEPT = {"deep": [[target]]}  # type: ignore[attr-defined]
+    assert unheld([target], roots=roots_of(module), package_dir=PACKAGE_DIR) == set()
+
+
+def test_a_tuple_referrer_leaves_the_object_to_the_walk(module: types.ModuleType) -> None:
+    target = Payload()
+    kept = (target,)
+    cycle: list[object] = [kept]
+    cycle.append(cycle)
+    del kept, cycle
+    assert unheld([target], roots=roots_of(module), package_dir=PACKAGE_DIR) == set()
+
+
+def test_a_root_threads_local_is_not_unheld(module: types.ModuleType) -> None:
+    target = Payload()
+    started, done = threading.Event(), threading.Event()
+
+    def keep(held: Payload) -> None:
+        started.set()
+        done.wait(10)
+        del held
+
+    thread = threading.Thread(target=keep, args=(target,))
+    thread.start()
+    try:
+        started.wait(10)
+        threads = {id(root.obj) for root in thread_roots()}
+        assert unheld([target], roots=roots_of(module) | threads, package_dir=PACKAGE_DIR) == set()
+    finally:
+        done.set()
+        thread.join()
+
+
+def test_a_callers_local_is_not_unheld_when_its_frame_is_a_root(module: types.ModuleType) -> None:
+    target = Payload()
+    frame = sys._getframe()
+    assert unheld([target], roots=roots_of(module), package_dir=PACKAGE_DIR) == {id(target)}
+    assert unheld([target], roots=roots_of(module) | {id(frame)}, package_dir=PACKAGE_DIR) == set()
+    del frame
+
+
+def test_a_frozen_heap_is_thawed_before_the_proof(module: types.ModuleType) -> None:
+    target = Payload()
+    module.KEPT = [target]  # type: ignore[attr-defined]
+    gc.freeze()
+    try:
+        assert unheld([target], roots=roots_of(module), package_dir=PACKAGE_DIR) == set()
+    finally:
+        gc.unfreeze()
+
+
+def tiers_of(module: types.ModuleType) -> list[list[Root]]:
+    return [[Root(module.__name__, module, "module")]]
+
+
+def test_an_object_in_a_bulky_container_only_is_found_through_it(
+    module: types.ModuleType,
+) -> None:
+    target = Payload()
+    module.BIG = [[index] for index in range(_BULKY)] + [target]  # type: ignore[attr-defined]
+    found = walk([target], tiers_of(module))
+    try:
+        root, path = found.chains[id(target)]
+        assert root.obj is module
+        assert path[1] is module.BIG  # type: ignore[attr-defined]
+        assert path[-1] is target
+    finally:
+        found.close()
+
+
+def test_a_chain_avoids_a_bulky_container_when_another_exists(module: types.ModuleType) -> None:
+    target = Payload()
+    module.BIG = [target] + [[index] for index in range(_BULKY)]  # type: ignore[attr-defined]
+    module.SMALL = {"a": {"b": [target]}}  # type: ignore[attr-defined]
+    found = walk([target], tiers_of(module))
+    try:
+        _, path = found.chains[id(target)]
+        assert path[1] is module.SMALL  # type: ignore[attr-defined]
+    finally:
+        found.close()
+
+
+def test_an_unheld_object_beside_a_bulky_container_is_not_found(
+    module: types.ModuleType,
+) -> None:
+    target = Payload()
+    cycle: list[object] = [target]
+    cycle.append(cycle)
+    del cycle
+    module.BIG = [[index] for index in range(_BULKY + 1)]  # type: ignore[attr-defined]
+    held = Payload()
+    module.SMALL = [held]  # type: ignore[attr-defined]
+    found = walk([target, held], tiers_of(module))
+    try:
+        assert set(found.chains) == {id(held)}
+        assert not found.timed_out
+    finally:
+        found.close()
