@@ -12,6 +12,12 @@ module (or a module's namespace, through a function's globals), and in the tiers
 TensorFlow's, the classes that TensorFlow's and Keras's modules define, which are walked from
 their own module's root. A class leads to its own attributes only, not to its bases.
 
+Two shortcuts keep it from walking the whole heap. A container of more than ``_BULKY``
+references (a suite's data) is set aside and walked through last in its tier, only for what
+was not found elsewhere: a chain through it may then not be a shortest one. And before the walk
+goes through such containers or TensorFlow's modules, what is still wanted is proved unheld
+backwards where it can be (``unheld``): the walk need not go everywhere to say so.
+
 It only goes forward from roots, so it never meets an object that another thread is still
 building (nothing refers to such an object yet), and it can hold what it meets.
 """
