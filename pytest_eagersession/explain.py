@@ -20,6 +20,8 @@ from pytest_eagersession._tf.state import (
     KERAS_CUSTOM_OBJECT_REGISTRIES,
     RANDOM_GENERATOR_GLOBALS,
     REPLICA_FN_CACHE_GLOBALS,
+    gradient_tape_class,
+    graph_class,
 )
 from pytest_eagersession._tf.tracing import function_label
 from pytest_eagersession.holders import (
@@ -160,14 +162,24 @@ def explain_all(
     deadline = started + budget_s
     # a list of its own: a backward proof in the walk leaves it out, and the caller's is not
     targets = list(objects)
-    found = walk(targets, tiers, deadline=deadline)
+    # a graph is many objects and seldom a leak's holder: walked through last in its tier
+    graph = graph_class()
+    found = walk(
+        targets,
+        tiers,
+        deadline=deadline,
+        last=(graph,) if graph else (),
+        also=gradient_tape_class(),  # the tapes, in case something has no Python holder
+    )
     native: str | None = None
     try:
         if not found.timed_out and len(found.chains) < len({id(obj) for obj in objects}):
             # Something has no Python holder: a native one (a tape) may keep it, and who holds
             # that is the useful answer. Listing the heap for it costs about as much as the
             # walk, so only here.
-            native = native_holder(tiers, deadline=deadline, render=_render_from)
+            native = native_holder(
+                tiers, deadline=deadline, render=_render_from, tapes=found.instances
+            )
         seconds = time.perf_counter() - started
         explanations = []
         for obj in objects:

@@ -114,20 +114,27 @@ def instances_of(cls: type) -> list[object]:
     over the heap for what refers to it and to its subclasses finds them all: cheaper than
     listing the heap (``instances``), which a class defined in C still needs.
     """
-    if not cls.__flags__ & _HEAP_TYPE:
+    if not cls.__flags__ & _HEAP_TYPE or not OlderObjectsFrozen.thaw_all():
         return instances([cls], (0, 1, 2))
-    classes: list[type] = [cls]
-    for kind in classes:  # grows as it goes: every subclass, once
-        classes.extend(sub for sub in type.__subclasses__(kind) if sub not in classes)  # type: ignore[var-annotated]
-    if not OlderObjectsFrozen.thaw_all():
-        return instances([cls], (0, 1, 2))
-    found, _ = referrers(tuple(classes))
-    classes.clear()
+    found, _ = referrers(family(cls))
     try:
-        test = _subclass_test(cls)
-        return [obj for obj in found if test(type(obj))]
+        return only_instances(found, cls)
     finally:
         found.clear()
+
+
+def family(cls: type) -> tuple[type, ...]:
+    """``cls`` and every subclass of it, each once."""
+    classes: list[type] = [cls]
+    for kind in classes:  # grows as it goes
+        classes.extend(sub for sub in type.__subclasses__(kind) if sub not in classes)  # type: ignore[var-annotated]
+    return tuple(classes)
+
+
+def only_instances(objects: Sequence[object], cls: type) -> list[object]:
+    """The objects of ``objects`` that are instances of ``cls``, by their type's MRO alone."""
+    test = _subclass_test(cls)
+    return [obj for obj in objects if test(type(obj))]
 
 
 #: ``Py_TPFLAGS_HEAPTYPE``: a class made by a class statement or ``type()``, not in C.

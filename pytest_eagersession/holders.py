@@ -13,8 +13,9 @@ TensorFlow's, the classes that TensorFlow's and Keras's modules define, which ar
 their own module's root. A class leads to its own attributes only, not to its bases.
 
 Two shortcuts keep it from walking the whole heap. A container of more than ``_BULKY``
-references (a suite's data) is set aside and walked through last in its tier, only for what
-was not found elsewhere: a chain through it may then not be a shortest one. And before the walk
+references (a suite's data), and an object of a class the caller names (TensorFlow's graphs),
+is set aside and walked through last in its tier, only for what was not found elsewhere: a
+chain through it may then not be a shortest one. And before the walk
 goes through such containers or TensorFlow's modules, what is still wanted is proved unheld
 backwards where it can be (``unheld``): the walk need not go everywhere to say so.
 
@@ -29,12 +30,12 @@ import sys
 import time
 import types
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from gc import get_referents, is_tracked
 from itertools import accumulate, compress, count, repeat
-from operator import contains, eq, gt, not_, sub
+from operator import eq, gt, not_, sub
 from sys import getrefcount
 from typing import Any
 
@@ -82,6 +83,8 @@ class Walk:
     """The deadline stopped the walk before every wanted object was found or ruled out."""
     read_locals: list[types.FrameType] = field(default_factory=list)
     """Running frames whose locals the walk read."""
+    instances: list[Any] | None = None
+    """The instances of ``walk``'s ``also`` class, when its backward proof ran (None if not)."""
 
     def close(self) -> None:
         """Drop the chains, and the locals' snapshots that reading them left on frames.
@@ -89,6 +92,8 @@ class Walk:
         Not while a tracer (a debugger) may be working with such a snapshot: it writes it back.
         """
         self.chains.clear()
+        if self.instances is not None:
+            self.instances.clear()
         for frame in self.read_locals:
             if frame.f_trace is None and sys.gettrace() is None:
                 frame.f_locals.clear()
@@ -143,9 +148,19 @@ def running_frames() -> set[int]:
 
 
 def walk(
-    wanted: Sequence[object], tiers: Sequence[Sequence[Root]], *, deadline: float = float("inf")
+    wanted: Sequence[object],
+    tiers: Sequence[Sequence[Root]],
+    *,
+    deadline: float = float("inf"),
+    last: tuple[type, ...] = (),
+    also: type | None = None,
 ) -> Walk:
     """Walk from each tier of roots in turn until every object of ``wanted`` has a chain.
+
+    Objects of the ``last`` classes (TensorFlow's graphs: many objects, rarely a leak's
+    holder) are walked through last in their tier, as bulky containers are. The instances of
+    ``also`` (a class defined in Python) come back in ``instances`` when the walk's backward
+    proof ran: its first pass over the heap finds them at no extra cost.
 
     The locals of frames still executing are read through ``f_locals`` (the collector does not
     show them); the result's ``close()`` drops any snapshot that reading leaves on a frame.
@@ -153,7 +168,8 @@ def walk(
     walker = _Walker(
         {id(obj) for obj in wanted},
         running_frames(),
-        lambda: _unheld(walker, wanted, tiers, deadline),
+        lambda: _unheld(walker, wanted, tiers, deadline, also, found),
+        last,
     )
     # The root modules' namespaces are met as roots only: never through a function's globals.
     walker.seen.update(dict.fromkeys(map(id, map(vars, _modules(tiers))), -1))
@@ -183,7 +199,12 @@ def walk(
 
 
 def _unheld(
-    walker: _Walker, wanted: Sequence[object], tiers: Sequence[Sequence[Root]], deadline: float
+    walker: _Walker,
+    wanted: Sequence[object],
+    tiers: Sequence[Sequence[Root]],
+    deadline: float,
+    also: type | None,
+    found: Walk,
 ) -> set[int]:
     """The objects still looked for that no root reaches, proved backwards (``unheld``)."""
     roots = {id(root.obj) for tier in tiers for root in tier}
@@ -191,7 +212,21 @@ def _unheld(
     pending = [obj for obj in wanted if id(obj) in walker.pending]
     ours = {id(wanted), id(pending), *(id(path) for _, path in walker.chains.values())}
     try:
-        return unheld(pending, roots=roots, ours=ours, package_dir=PACKAGE_DIR, deadline=deadline)
+        if also is not None:
+            found.instances = []
+            ours.add(id(found.instances))
+        proved = unheld(
+            pending,
+            roots=roots,
+            ours=ours,
+            package_dir=PACKAGE_DIR,
+            deadline=deadline,
+            also=also,
+            instances=found.instances,
+        )
+        if gc.get_freeze_count():  # frozen by someone else: no pass over the heap was made
+            found.instances = None
+        return proved
     finally:
         pending.clear()
 
@@ -219,8 +254,15 @@ class _Walker:
     one reference leads to, each with the number of the reference that met it first (-1: a
     root, or what must never be walked through)."""
 
-    def __init__(self, wanted: set[int], running: set[int], prove: Callable[[], set[int]]) -> None:
+    def __init__(
+        self,
+        wanted: set[int],
+        running: set[int],
+        prove: Callable[[], set[int]],
+        last: tuple[type, ...] = (),
+    ) -> None:
         self.pending = set(wanted)
+        self.last = last
         self.running = running
         self.prove = prove
         self.proved = False
@@ -241,8 +283,8 @@ class _Walker:
             self.pending -= self.prove()
 
     def walk_tier(self, tier: Sequence[Root], deadline: float) -> None:
-        """Walk from ``tier``'s roots; then, if something is still wanted, through the bulky
-        containers the walk left aside (after the backward proof, which may spare that)."""
+        """Walk from ``tier``'s roots; then, if something is still wanted, through what the walk
+        set aside (after the backward proof, which may spare that)."""
         for key in self.deferred:
             self.seen.pop(key, None)
         self.deferred.clear()
@@ -253,23 +295,23 @@ class _Walker:
         self.seen.update(dict.fromkeys(roots, -1))
         self.special.clear()
         first = _Search(self, internal, deadline, set_aside=True)
-        bulky = _Search(self, internal, deadline, set_aside=False)
+        last = _Search(self, internal, deadline, set_aside=False)
         try:
             first.run([root.obj for root in tier if id(root.obj) in roots], root=True)
             for key, path in first.paths().items():
                 self.chains[key] = roots[id(path[0])], path
-            if first.bulky and self.pending and not self.timed_out:
+            if first.aside and self.pending and not self.timed_out:
                 self.prove_unheld()
-            if first.bulky and self.pending and not self.timed_out:
-                bulky.run([obj for obj, _, _ in first.bulky], root=False)
-                starts = {id(obj): (obj, depth, place) for obj, depth, place in first.bulky}
-                for key, path in bulky.paths().items():
+            if first.aside and self.pending and not self.timed_out:
+                last.run([obj for obj, _, _ in first.aside], root=False)
+                starts = {id(obj): (obj, depth, place) for obj, depth, place in first.aside}
+                for key, path in last.paths().items():
                     head = first.path(*starts[id(path[0])])
                     self.chains[key] = roots[id(head[0])], head[:-1] + path
                 starts.clear()
         finally:
             first.close()
-            bulky.close()
+            last.close()
             self.special.clear()
 
     def _special(self, obj: Any, internal: bool, root: bool) -> list[Any] | None:
@@ -349,10 +391,10 @@ class _Search:
         self.ends: list[_Ends] = []
         # by id: the object, the level whose children it is among, its place there
         self.found: dict[int, tuple[Any, int, int]] = {}
-        # containers set aside (``_BULKY``), each with its parents' level and its place
-        self.bulky: list[tuple[Any, int, int]] = []
-        # for batches read back (by level and start): the first place referring to each id
-        self.referrers: dict[tuple[int, int], dict[int, int]] = {}
+        # what was set aside, each with its parents' level and its place
+        self.aside: list[tuple[Any, int, int]] = []
+        # of the types met, those of the walker's ``last`` classes
+        self.late_kinds: dict[type, bool] = {}
 
     def run(self, start: list[Any], *, root: bool) -> None:
         walker = self.walker
@@ -381,14 +423,14 @@ class _Search:
 
     def paths(self) -> dict[int, list[Any]]:
         """The path to each object found, by its id."""
-        return {key: self.path(*where) for key, where in self.found.items()}
+        return self._paths(self.found)
 
     def close(self) -> None:
         self.levels.clear()
         self.ends.clear()
         self.found.clear()
-        self.bulky.clear()
-        self.referrers.clear()
+        self.aside.clear()
+        self.late_kinds.clear()
 
     def _expand(self, level: list[Any], *, root: bool) -> tuple[list[Any], list[int]]:
         """What the objects of ``level`` refer to, in the walk's sense, one list for all; and
@@ -399,29 +441,39 @@ class _Search:
         for start in range(0, len(level), _BATCH):
             batch = level[start : start + _BATCH]
             children = walker._children_of(batch, self.internal, root, True)
-            if self.set_aside and not root and len(children) > _BULKY:
-                children = self._set_aside(batch, start, root)
+            if self.set_aside and not root:
+                bulky = len(children) > _BULKY
+                if bulky or (walker.last and any(map(self._late, set(map(type, batch))))):
+                    children = self._set_aside(batch, start, root, bulky=bulky)
             # what the collector does not track (strings, numbers, dicts of them) holds nothing
             flat.extend(filter(is_tracked, children))
             del children, batch
             flat_ends.append(len(flat))
         return flat, flat_ends
 
-    def _set_aside(self, batch: list[Any], start: int, root: bool) -> list[Any]:
-        """The children of ``batch`` but for its bulky containers, which are set aside."""
+    def _set_aside(self, batch: list[Any], start: int, root: bool, *, bulky: bool) -> list[Any]:
+        """The children of ``batch`` but for what is set aside: its objects of the walker's
+        ``last`` classes and, when ``bulky``, its containers of more than ``_BULKY``."""
         walker = self.walker
-        sizes = [len(walker._children_of([obj], self.internal, root)) for obj in batch]
         parents = len(self.levels) - 1  # the batch is among the children of that level
         rest = []
-        for offset, (obj, size) in enumerate(zip(batch, sizes, strict=True)):
-            if size > _BULKY:
-                self.bulky.append((obj, parents, start + offset))
+        for offset, obj in enumerate(batch):
+            if self._late(type(obj)) or (
+                bulky and len(walker._children_of([obj], self.internal, root)) > _BULKY
+            ):
+                self.aside.append((obj, parents, start + offset))
             else:
                 rest.append(obj)
         try:
             return walker._children_of(rest, self.internal, root, True)
         finally:
             rest.clear()
+
+    def _late(self, kind: type) -> bool:
+        late = self.late_kinds.get(kind)
+        if late is None:
+            late = self.late_kinds[kind] = issubclass(kind, self.walker.last)
+        return late
 
     def _fresh(self, flat: list[Any], flat_ends: list[int]) -> tuple[list[Any], _Ends]:
         """The objects of ``flat`` the walk meets for the first time, each once.
@@ -446,44 +498,55 @@ class _Search:
         return level, _Ends(singles, single_ends, _counts(firsts, multiple_ends))
 
     def path(self, obj: Any, depth: int, place: int) -> list[Any]:
-        """The path from the search's start to ``obj``, read back level by level: the batch
-        that met it is found by its place, and in it the first object that refers to it."""
-        path = [obj]
-        for at in range(depth, -1, -1):
-            start = self.ends[at].batch(place) * _BATCH
-            known = self.referrers.get((at, start))
-            if known is not None:
-                place = start + known[id(path[-1])]
-            else:
+        """The path from the search's start to ``obj``, met among the children of level
+        ``depth``, at ``place`` in the next."""
+        return self._paths({id(obj): (obj, depth, place)})[id(obj)]
+
+    def _paths(self, found: dict[int, tuple[Any, int, int]]) -> dict[int, list[Any]]:
+        """Paths read back level by level, all at once: the batch that met each head is found
+        by its place, and in it the first object that refers to it; paths that share a batch
+        are read in one pass over it."""
+        paths = {key: [obj] for key, (obj, _, _) in found.items()}
+        places = {key: place for key, (_, _, place) in found.items()}
+        for at in range(max((depth for _, depth, _ in found.values()), default=-1), -1, -1):
+            batches: dict[int, dict[int, list[int]]] = {}
+            for key, (_, depth, _) in found.items():
+                if depth >= at:
+                    start = self.ends[at].batch(places[key]) * _BATCH
+                    heads = batches.setdefault(start, {})
+                    heads.setdefault(id(paths[key][-1]), []).append(key)
+            for start, heads in batches.items():
                 batch = self.levels[at][start : start + _BATCH]
-                place = start + self._first_referrer(batch, id(path[-1]), (at, start))
+                offsets = self._first_referrers(batch, set(heads), root=at == 0)
                 del batch
-            path.append(self.levels[at][place])
-        path.reverse()
-        return path
+                for head, keys in heads.items():
+                    for key in keys:
+                        places[key] = start + offsets[head]
+                        paths[key].append(self.levels[at][places[key]])
+        for path in paths.values():
+            path.reverse()
+        return paths
 
-    def _first_referrer(self, batch: list[Any], key: int, where: tuple[int, int]) -> int:
-        """Where in ``batch`` the first object whose children include the object ``key`` is.
-
-        The collector answers for most objects, in C. Modules, frames and classes have children
-        of the walk's choosing, and a root module many: a batch with any of them is indexed
-        once (``referrers``), since the paths of a report often share its first levels.
-        """
-        kinds = set(map(type, batch))
-        if any(map(_is_special, kinds)):
-            places: dict[int, int] = {}
-            for place in range(len(batch) - 1, -1, -1):  # the first place is written last
-                children = self.walker._children_of([batch[place]], self.internal, where[0] == 0)
-                places.update(zip(map(id, children), repeat(place)))
-                del children
-            self.referrers[where] = places
-            if key in places:
-                return places[key]
+    def _first_referrers(self, batch: list[Any], heads: set[int], *, root: bool) -> dict[int, int]:
+        """For each object of ``heads`` (ids), where in ``batch`` the first object whose
+        children include it is. The collector answers for most objects, in C; modules, frames
+        and classes, whose children are of the walk's choosing, are asked one by one."""
+        remaining = set(heads)
+        offsets: dict[int, int] = {}
+        if any(map(_is_special, set(map(type, batch)))):
+            candidates: Iterable[int] = range(len(batch))
         else:
             ids: Iterator[Iterator[int]] = map(partial(map, id), map(get_referents, batch))
-            refers = map(contains, ids, repeat(key))  # type: ignore[arg-type]
-            for place in compress(count(), refers):
-                return place
+            # lazily: ``remaining`` shrinks as heads are placed
+            candidates = compress(count(), map(not_, map(remaining.isdisjoint, ids)))
+        for offset in candidates:
+            children = self.walker._children_of([batch[offset]], self.internal, root)
+            for head in remaining.intersection(map(id, children)):
+                offsets[head] = offset
+            del children
+            remaining -= offsets.keys()
+            if not remaining:
+                return offsets
         raise LookupError("a walk's path could not be read back")
 
 

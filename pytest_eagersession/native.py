@@ -30,33 +30,40 @@ _CLAUSE = {"persistent": "", "unused": ", whose gradient() was never called,"}
 
 
 def native_holder(
-    tiers: Sequence[Sequence[Root]], *, deadline: float, render: Renderer
+    tiers: Sequence[Sequence[Root]],
+    *,
+    deadline: float,
+    render: Renderer,
+    tapes: Sequence[object] | None = None,
 ) -> str | None:
     """``the persistent GradientTape held by ...: ...``, or None when no native holder is known.
 
     Lists the live tapes that hold a recording (costly: call it only for an object the walk
     from ``tiers`` found no chain to), walks ``tiers`` until ``deadline`` for who holds them,
-    and names the first one reached. Keeps nothing.
+    and names the first one reached. ``tapes``: the live tapes, when the caller found them
+    already. Keeps nothing.
     """
     tape_class = gradient_tape_class()
     if tape_class is None:
         return None
-    tapes = [tape for tape in instances_of(tape_class) if tape_recording(tape)]
+    live = list(instances_of(tape_class) if tapes is None else tapes)
+    recording = [tape for tape in live if tape_recording(tape)]
+    live.clear()
     try:
-        if not tapes:
+        if not recording:
             return None
-        found = walk(tapes, tiers, deadline=deadline)
+        found = walk(recording, tiers, deadline=deadline)
         try:
-            for tape in tapes:
+            for tape in recording:
                 hit = found.chains.get(id(tape))
                 if hit is not None:
                     root, chain = hit
-                    return _tape_text(tape, render(chain, root.name), len(tapes) - 1)
+                    return _tape_text(tape, render(chain, root.name), len(recording) - 1)
             return None
         finally:
             found.close()
     finally:
-        tapes.clear()
+        recording.clear()
 
 
 def _tape_text(tape: object, holder: str, others: int) -> str:

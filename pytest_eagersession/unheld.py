@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_eagersession.frames import stack
-from pytest_eagersession.heap import OlderObjectsFrozen, referrers
+from pytest_eagersession.heap import OlderObjectsFrozen, family, only_instances, referrers
 
 #: Objects a proof may gather, per object proved, before it gives up.
 MAX_SET = 256
@@ -54,12 +54,18 @@ def unheld(
     ours: Collection[int] = (),
     package_dir: str = "",
     deadline: float = float("inf"),
+    also: type | None = None,
+    instances: list[object] | None = None,
 ) -> set[int]:
     """Ids of the objects of ``wanted`` that no root reaches, proved backwards.
 
     ``roots``: the ids of the roots (modules, their namespaces, root frames, the framework's
     objects). ``ours``: ids of the caller's own containers, never followed. Frames running code
     under ``package_dir`` are the caller's own too. Past ``deadline``, no more steps.
+
+    ``also``: a class defined in Python whose instances the first pass over the heap collects
+    into ``instances`` too (they refer to their class), for what the caller would otherwise
+    spend another pass on.
     """
     if not wanted or not OlderObjectsFrozen.thaw_all():
         return set()
@@ -91,7 +97,11 @@ def unheld(
                     del proofs[key]
             if not proofs or steps == MAX_STEPS or time.perf_counter() > deadline:
                 break
-            _step(proofs, roots, own, package_dir)
+            extra = family(also) if also is not None and steps == 0 else ()
+            found = _step(proofs, roots, own, package_dir, extra)
+            if extra and instances is not None:
+                instances.extend(only_instances(found, extra[0]))
+            found.clear()
         return proved
     finally:
         proofs.clear()
@@ -103,16 +113,22 @@ def unheld(
 
 
 def _step(
-    proofs: dict[int, _Proof], roots: Collection[int], ours: Collection[int], package_dir: str
-) -> None:
-    """One pass over the heap: each proof's frontier is replaced by its new referrers."""
+    proofs: dict[int, _Proof],
+    roots: Collection[int],
+    ours: Collection[int],
+    package_dir: str,
+    extra: tuple[type, ...] = (),
+) -> list[object]:
+    """One pass over the heap: each proof's frontier is replaced by its new referrers, which
+    come back, with those of the ``extra`` classes."""
     owners: dict[int, list[int]] = {}
     for key, proof in proofs.items():
         for member in proof.frontier:
             owners.setdefault(member, []).append(key)
     # one tuple carries the frontier: the collector leaves out the one it is given
-    frontier = tuple(
-        {key: obj for proof in proofs.values() for key, obj in proof.frontier.items()}.values()
+    frontier = (
+        *{key: obj for proof in proofs.values() for key, obj in proof.frontier.items()}.values(),
+        *extra,
     )
     for proof in proofs.values():
         proof.frontier = {}
@@ -140,13 +156,15 @@ def _step(
                 if key not in proof.members:
                     proof.members.add(key)
                     proof.frontier[key] = referrer
-    finally:
+    except BaseException:
         found.clear()
+        raise
     for key in failed:
         proofs.pop(key, None)
     for key, proof in list(proofs.items()):
         if len(proof.members) > MAX_SET:
             del proofs[key]
+    return found
 
 
 def _ours(obj: object, package_dir: str) -> bool:

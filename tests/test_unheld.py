@@ -163,3 +163,58 @@ def test_an_unheld_object_beside_a_bulky_container_is_not_found(
         assert not found.timed_out
     finally:
         found.close()
+
+
+class Heavy:
+    """Stands for a class the caller has walked last (TensorFlow's graphs)."""
+
+    def __init__(self, held: object) -> None:
+        self.held = held
+
+
+def test_a_chain_avoids_what_is_walked_last_when_another_exists(
+    module: types.ModuleType,
+) -> None:
+    target = Payload()
+    module.HEAVY = Heavy(target)  # type: ignore[attr-defined]
+    module.LONG = {"a": {"b": {"c": [target]}}}  # type: ignore[attr-defined]
+    found = walk([target], tiers_of(module), last=(Heavy,))
+    try:
+        _, path = found.chains[id(target)]
+        assert path[1] is module.LONG  # type: ignore[attr-defined]
+    finally:
+        found.close()
+    found = walk([target], tiers_of(module))
+    try:
+        _, path = found.chains[id(target)]
+        assert path[1] is module.HEAVY  # type: ignore[attr-defined]
+    finally:
+        found.close()
+
+
+def test_what_is_walked_last_still_leads_to_what_only_it_holds(module: types.ModuleType) -> None:
+    target = Payload()
+    module.HEAVY = [Heavy(target)]  # type: ignore[attr-defined]
+    found = walk([target], tiers_of(module), last=(Heavy,))
+    try:
+        _, path = found.chains[id(target)]
+        assert path[2] is module.HEAVY[0]  # type: ignore[attr-defined]
+        assert path[-1] is target
+    finally:
+        found.close()
+
+
+def test_the_proofs_first_pass_collects_instances_of_a_class(module: types.ModuleType) -> None:
+    target = Payload()
+    cycle: list[object] = [target]
+    cycle.append(cycle)
+    del cycle
+    heavy = [Heavy(None), Heavy(None)]
+    collected: list[object] = []
+    proved = unheld(
+        [target], roots=roots_of(module), package_dir=PACKAGE_DIR, also=Heavy, instances=collected
+    )
+    assert proved == {id(target)}
+    assert {id(obj) for obj in heavy} <= {id(obj) for obj in collected}
+    assert all(isinstance(obj, Heavy) for obj in collected)
+    collected.clear()

@@ -175,6 +175,7 @@ NAMES: tuple[PrivateName, ...] = (
         "state.KERAS_CUSTOM_OBJECT_REGISTRIES (explain)",
     ),
     PrivateName("tensorflow.python.eager.backprop", "GradientTape", "state.gradient_tape_class"),
+    PrivateName("tensorflow.python.framework.ops", "Graph", "state.graph_class (explain)"),
     PrivateName(
         "tensorflow.python.eager.backprop", "_persistent", "state.tape_recording", of="tape"
     ),

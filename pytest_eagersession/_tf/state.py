@@ -74,6 +74,13 @@ def gradient_tape_class() -> type | None:
     return tape_class if isinstance(tape_class, type) else None
 
 
+def graph_class() -> type | None:
+    """``tf.Graph`` (``FuncGraph``'s base), once TensorFlow is imported; None before."""
+    ops = sys.modules.get("tensorflow.python.framework.ops")
+    graph = getattr(ops, "Graph", None)
+    return graph if isinstance(graph, type) else None
+
+
 def tape_recording(tape: object) -> str | None:
     """What a ``tf.GradientTape`` still holds a recording for, or None when it holds none.
 
