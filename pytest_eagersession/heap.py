@@ -68,14 +68,14 @@ def referrers(objects: tuple[object, ...]) -> tuple[list[object], list[frozenset
 
     A tuple that refers to one of them may be one another thread is still building, so tuples
     never come back: only the ids of what each one holds, which hold nothing. Made and filtered
-    in one call into C, as ``instances`` lists the heap. ``objects`` itself is left out (the
-    collector skips the tuple it is given). A frozen heap hides its referrers: thaw it first
-    (``OlderObjectsFrozen.thaw_all``).
+    in one call into C, as ``instances`` lists the heap. The ``objects`` tuple itself is left
+    out (before 3.13 the collector skips the tuple it is given; from 3.13 it is given a copy).
+    A frozen heap hides its referrers: thaw it first (``OlderObjectsFrozen.thaw_all``).
     """
     if not objects:
         return [], []
     is_tuple = _subclass_test(tuple)
-    listings = itertools.tee(itertools.starmap(_GET_REFERRERS, [objects]), 5)
+    listings = itertools.tee(itertools.starmap(_GET_REFERRERS, [objects]), 6)
 
     def flat(index: int) -> Iterable[object]:
         return itertools.chain.from_iterable(listings[index])
@@ -85,11 +85,18 @@ def referrers(objects: tuple[object, ...]) -> tuple[list[object], list[frozenset
         frozenset,
         map(
             partial(map, id),
-            itertools.compress(flat(0), map(is_tuple, map(type, flat(1)))),
+            itertools.compress(
+                flat(0),
+                map(
+                    operator.and_,
+                    map(is_tuple, map(type, flat(1))),
+                    map(operator.ne, map(id, flat(2)), itertools.repeat(id(objects))),
+                ),
+            ),
         ),
     )
-    others = itertools.compress(flat(2), map(operator.not_, map(is_tuple, map(type, flat(3)))))
-    emptied: filter[None] = filter(None, map(list.clear, listings[4]))
+    others = itertools.compress(flat(3), map(operator.not_, map(is_tuple, map(type, flat(4)))))
+    emptied: filter[None] = filter(None, map(list.clear, listings[5]))
     pipeline = itertools.chain(tuples, (_MARKER,), others, emptied)
     paused = gc.isenabled()
     if paused:

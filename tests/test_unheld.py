@@ -39,6 +39,7 @@ def test_referrers_never_hand_back_a_tuple() -> None:
     assert any(obj is in_list for obj in found)
     assert not any(isinstance(obj, tuple) for obj in found)
     assert frozenset({id(target), id(1)}) in tuples
+    assert frozenset({id(target)}) not in tuples  # the one that carried it to the collector
     del in_tuple
 
 
