@@ -35,6 +35,13 @@ from pytest_eagersession.native import native_holder
 
 #: TensorFlow's and Keras's module state that keeps what user code put there, by the chain's start:
 #: such a chain is TensorFlow's, but the cause is the code that filled it.
+#: A chain that starts at this package's own module state: the plugin keeps it, not the test.
+OWN_STATE = __name__.partition(".")[0] + "."
+OWN_STATE_CAUSE = (
+    "kept by pytest-eagersession's own state, not by the test's code: a bug in the plugin, "
+    "please report it"
+)
+
 FILLED_BY_USER_CODE = (
     (
         KERAS_CUSTOM_OBJECT_REGISTRIES,
@@ -102,7 +109,12 @@ class Explanation:
     @property
     def certain(self) -> bool:
         """Whether the holder is the user's own module state: nobody else can be using it."""
-        return self.chain is not None and self.root == "module" and not self.internal
+        return (
+            self.chain is not None
+            and self.root == "module"
+            and not self.internal
+            and self.cause != OWN_STATE_CAUSE
+        )
 
     def text(self) -> str:
         """The line a report shows."""
@@ -214,6 +226,8 @@ def explain_all(
 
 
 def _cause(chain: str) -> str | None:
+    if chain.startswith(OWN_STATE):
+        return OWN_STATE_CAUSE
     for starts, cause in FILLED_BY_USER_CODE:
         if any(chain.startswith((start + " ", start + ".")) for start in starts):
             return cause

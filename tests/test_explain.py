@@ -571,3 +571,19 @@ def test_a_strategy_run_of_a_tf_function_names_the_distribute_cache() -> None:
         "tf.function: the entry keeps the strategy and the function, so TensorFlow keeps both "
         "for the rest of the run)"
     )
+
+
+def test_a_chain_from_the_plugins_own_state_says_so() -> None:
+    from pytest_eagersession import activations
+
+    activations._eagersession_test_hold = [tf.ones((2,))]  # type: ignore[attr-defined]
+    try:
+        explanation = explain(activations._eagersession_test_hold[0], budget_s=10)  # type: ignore[attr-defined]
+    finally:
+        del activations._eagersession_test_hold  # type: ignore[attr-defined]
+    assert explanation.text() == (
+        "held by pytest_eagersession.activations._eagersession_test_hold (list) -> [0] -> "
+        "EagerTensor (kept by pytest-eagersession's own state, not by the test's code: a bug in "
+        "the plugin, please report it)"
+    )
+    assert not explanation.certain
