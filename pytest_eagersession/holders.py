@@ -39,7 +39,7 @@ from operator import eq, gt, not_, sub
 from sys import getrefcount
 from typing import Any
 
-from pytest_eagersession.frames import stack
+from pytest_eagersession.frames import drop_snapshots, running_locals, stack
 from pytest_eagersession.unheld import unheld
 
 #: Module name prefixes whose state belongs to TensorFlow and Keras.
@@ -48,11 +48,7 @@ TENSORFLOW_MODULES = ("tensorflow", "keras", "tf_keras", "tensorboard")
 #: This package's folder: threads running code under it are ours, never roots.
 PACKAGE_DIR = __file__.rsplit("/", 1)[0] + "/"
 
-#: Before 3.13, reading a running frame's locals copies them into a dict that the frame keeps.
-_LOCALS_SNAPSHOT = sys.version_info < (3, 13)
-
 _FRAME = types.FrameType
-_CO_OPTIMIZED = 0x1  # a function's frame: its f_locals is a snapshot, not a namespace
 
 
 @dataclass(frozen=True)
@@ -94,10 +90,7 @@ class Walk:
         self.chains.clear()
         if self.instances is not None:
             self.instances.clear()
-        for frame in self.read_locals:
-            if frame.f_trace is None and sys.gettrace() is None:
-                frame.f_locals.clear()
-        self.read_locals.clear()
+        drop_snapshots(self.read_locals)
 
 
 def module_roots() -> list[Root]:
@@ -329,9 +322,7 @@ class _Walker:
     def _frame_children(self, frame: types.FrameType) -> list[Any]:
         """A frame's locals: never its globals, builtins, code, or the frame below it."""
         if id(frame) in self.running:
-            if _LOCALS_SNAPSHOT and frame.f_code.co_flags & _CO_OPTIMIZED:
-                self.read_locals.append(frame)
-            return list(frame.f_locals.values())
+            return running_locals(frame, self.read_locals)
         return [
             child
             for child in get_referents(frame)

@@ -26,17 +26,13 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_eagersession.frames import stack
+from pytest_eagersession.frames import drop_snapshots, running_locals, stack
 from pytest_eagersession.heap import OlderObjectsFrozen, family, only_instances, referrers
 
 #: Objects a proof may gather, per object proved, before it gives up.
 MAX_SET = 256
 #: Passes over the heap a proof may make.
 MAX_STEPS = 8
-
-#: Before 3.13, reading a running frame's locals copies them into a dict that the frame keeps.
-_LOCALS_SNAPSHOT = sys.version_info < (3, 13)
-_CO_OPTIMIZED = 0x1
 
 
 @dataclass
@@ -106,10 +102,7 @@ def unheld(
     finally:
         proofs.clear()
         frames.clear()
-        for frame in read:
-            if frame.f_trace is None and sys.gettrace() is None:
-                frame.f_locals.clear()
-        read.clear()
+        drop_snapshots(read)
 
 
 def _step(
@@ -125,7 +118,7 @@ def _step(
     for key, proof in proofs.items():
         for member in proof.frontier:
             owners.setdefault(member, []).append(key)
-    # one tuple carries the frontier: the collector leaves out the one it is given
+    # one tuple carries the frontier, and ``referrers`` leaves it out
     frontier = (
         *{key: obj for proof in proofs.values() for key, obj in proof.frontier.items()}.values(),
         *extra,
@@ -185,8 +178,6 @@ def _running_frames(
         for frame in stack(top):
             if _ours(frame, package_dir):
                 continue
-            if _LOCALS_SNAPSHOT and frame.f_code.co_flags & _CO_OPTIMIZED:
-                read.append(frame)
             frames.append(frame)
-            locals_ids.append(set(map(id, frame.f_locals.values())))
+            locals_ids.append(set(map(id, running_locals(frame, read))))
     return locals_ids
