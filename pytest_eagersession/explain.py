@@ -187,8 +187,7 @@ def explain_all(
     try:
         if not found.timed_out and len(found.chains) < len({id(obj) for obj in objects}):
             # Something has no Python holder: a native one (a tape) may keep it, and who holds
-            # that is the useful answer. Listing the heap for it costs about as much as the
-            # walk, so only here.
+            # that is the useful answer. The walk's backward proof found the tapes, if it ran.
             native = native_holder(
                 tiers, deadline=deadline, render=_render_from, tapes=found.instances
             )

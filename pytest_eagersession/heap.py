@@ -52,7 +52,11 @@ def instances(classes: Sequence[type], generations: Sequence[int]) -> list[objec
     # list.clear returns None: the emptying adds nothing to the result, but drops the listing's
     # references before the C call returns (tee keeps its last items buffered).
     emptied: filter[None] = filter(None, map(list.clear, listings[-1]))
-    pipeline = itertools.chain(*selected, emptied)
+    return _in_one_call(itertools.chain(*selected, emptied))
+
+
+def _in_one_call(pipeline: Iterable[Any]) -> list[Any]:
+    """``list(pipeline)``, with the collector paused so that none of its callbacks runs inside."""
     paused = gc.isenabled()
     if paused:
         gc.disable()
@@ -97,17 +101,9 @@ def referrers(objects: tuple[object, ...]) -> tuple[list[object], list[frozenset
     )
     others = itertools.compress(flat(3), map(operator.not_, map(is_tuple, map(type, flat(4)))))
     emptied: filter[None] = filter(None, map(list.clear, listings[5]))
-    pipeline = itertools.chain(tuples, (_MARKER,), others, emptied)
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
-        found = list(pipeline)
-    finally:
-        if paused:
-            gc.enable()
+    found = _in_one_call(itertools.chain(tuples, (_MARKER,), others, emptied))
     split = next(index for index, item in enumerate(found) if item is _MARKER)
-    held: list[frozenset[int]] = found[:split]  # type: ignore[assignment]
+    held: list[frozenset[int]] = found[:split]
     return found[split + 1 :], held
 
 

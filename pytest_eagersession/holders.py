@@ -15,9 +15,9 @@ their own module's root. A class leads to its own attributes only, not to its ba
 Two shortcuts keep it from walking the whole heap. A container of more than ``_BULKY``
 references (a suite's data), and an object of a class the caller names (TensorFlow's graphs),
 is set aside and walked through last in its tier, only for what was not found elsewhere: a
-chain through it may then not be a shortest one. And before the walk
-goes through such containers or TensorFlow's modules, what is still wanted is proved unheld
-backwards where it can be (``unheld``): the walk need not go everywhere to say so.
+chain through it may then not be a shortest one. And before the walk goes through such
+containers or TensorFlow's modules, what is still wanted is proved unheld backwards where it
+can be (``unheld``): the walk need not go everywhere to say so.
 
 It only goes forward from roots, so it never meets an object that another thread is still
 building (nothing refers to such an object yet), and it can hold what it meets.
@@ -40,6 +40,7 @@ from sys import getrefcount
 from typing import Any
 
 from pytest_eagersession.frames import drop_snapshots, running_locals, stack
+from pytest_eagersession.heap import OlderObjectsFrozen
 from pytest_eagersession.unheld import unheld
 
 #: Module name prefixes whose state belongs to TensorFlow and Keras.
@@ -205,10 +206,10 @@ def _unheld(
     pending = [obj for obj in wanted if id(obj) in walker.pending]
     ours = {id(wanted), id(pending), *(id(path) for _, path in walker.chains.values())}
     try:
-        if also is not None:
+        if also is not None and OlderObjectsFrozen.thaw_all():  # else no pass can be made
             found.instances = []
             ours.add(id(found.instances))
-        proved = unheld(
+        return unheld(
             pending,
             roots=roots,
             ours=ours,
@@ -217,9 +218,6 @@ def _unheld(
             also=also,
             instances=found.instances,
         )
-        if gc.get_freeze_count():  # frozen by someone else: no pass over the heap was made
-            found.instances = None
-        return proved
     finally:
         pending.clear()
 
@@ -295,13 +293,13 @@ class _Walker:
                 self.chains[key] = roots[id(path[0])], path
             if first.aside and self.pending and not self.timed_out:
                 self.prove_unheld()
-            if first.aside and self.pending and not self.timed_out:
-                last.run([obj for obj, _, _ in first.aside], root=False)
-                starts = {id(obj): (obj, depth, place) for obj, depth, place in first.aside}
-                for key, path in last.paths().items():
-                    head = first.path(*starts[id(path[0])])
-                    self.chains[key] = roots[id(head[0])], head[:-1] + path
-                starts.clear()
+                if self.pending:
+                    last.run([obj for obj, _, _ in first.aside], root=False)
+                    starts = {id(obj): (obj, depth, place) for obj, depth, place in first.aside}
+                    for key, path in last.paths().items():
+                        head = first.path(*starts[id(path[0])])
+                        self.chains[key] = roots[id(head[0])], head[:-1] + path
+                    starts.clear()
         finally:
             first.close()
             last.close()
