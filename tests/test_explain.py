@@ -13,7 +13,13 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.framework import ops
 
-from pytest_eagersession.explain import NO_HOLDER, explain, explain_all, render_chain
+from pytest_eagersession.explain import (
+    DEFAULT_BUDGET_S,
+    NO_HOLDER,
+    explain,
+    explain_all,
+    render_chain,
+)
 
 
 @pytest.fixture
@@ -260,9 +266,13 @@ def test_every_object_of_a_report_is_explained_in_one_walk(scratch_module) -> No
     assert len({explanation.seconds for explanation in explanations}) == 1  # one search
 
 
-def test_a_tensor_only_a_persistent_tape_keeps_names_the_tape(scratch_module) -> None:
+def explain_what_only_a_tape_keeps(
+    scratch_module, *, persistent: bool, budgets: tuple[float, ...] = (DEFAULT_BUDGET_S,)
+) -> list[str]:
+    """Explain, with each budget, a tensor that only a tape kept in ``scratch_module.TAPE``
+    keeps, from C++."""
     x = tf.ones((3, 3))
-    with tf.GradientTape(persistent=True) as tape:
+    with tf.GradientTape(persistent=persistent) as tape:  # gradient() is never called
         tape.watch(x)
         hidden = tf.tanh(x)
     scratch_module.TAPE = tape
@@ -271,10 +281,14 @@ def test_a_tensor_only_a_persistent_tape_keeps_names_the_tape(scratch_module) ->
     try:
         hidden = watch()
         assert hidden is not None  # only the tape keeps it, from C++
-        text = explain(hidden).text()
-        del hidden
+        return [explain(hidden, budget_s=budget).text() for budget in budgets]
     finally:
+        del hidden
         del scratch_module.TAPE
+
+
+def test_a_tensor_only_a_persistent_tape_keeps_names_the_tape(scratch_module) -> None:
+    [text] = explain_what_only_a_tape_keeps(scratch_module, persistent=True)
     assert text == (
         "no Python holder; likely kept from native code by the persistent GradientTape held by "
         "scratch_holder.TAPE -> GradientTape: such a tape keeps every tensor it recorded until "
@@ -312,20 +326,7 @@ def test_a_bound_method_leads_to_its_instance(scratch_module) -> None:
 
 
 def test_a_tensor_only_an_unused_tape_keeps_names_the_tape(scratch_module) -> None:
-    x = tf.ones((3, 3))
-    with tf.GradientTape() as tape:  # not persistent, but gradient() is never called
-        tape.watch(x)
-        hidden = tf.tanh(x)
-    scratch_module.TAPE = tape
-    watch = weakref.ref(hidden)
-    del tape, hidden
-    try:
-        hidden = watch()
-        assert hidden is not None  # only the tape keeps it, from C++
-        text = explain(hidden).text()
-        del hidden
-    finally:
-        del scratch_module.TAPE
+    [text] = explain_what_only_a_tape_keeps(scratch_module, persistent=False)
     assert text == (
         "no Python holder; likely kept from native code by the GradientTape, whose gradient() "
         "was never called, held by scratch_holder.TAPE -> GradientTape: a tape keeps every "
@@ -347,20 +348,7 @@ def test_no_python_holder_is_said_only_after_a_full_search() -> None:
 
 
 def test_a_search_stopped_early_names_no_tape(scratch_module) -> None:
-    x = tf.ones((3,))
-    with tf.GradientTape(persistent=True) as tape:
-        tape.watch(x)
-        hidden = tf.tanh(x)
-    scratch_module.TAPE = tape
-    watch = weakref.ref(hidden)
-    del tape, hidden
-    try:
-        hidden = watch()
-        assert hidden is not None
-        texts = [explain(hidden, budget_s=budget).text() for budget in (0.0, 60.0)]
-        del hidden
-    finally:
-        del scratch_module.TAPE
+    texts = explain_what_only_a_tape_keeps(scratch_module, persistent=True, budgets=(0.0, 60.0))
     assert texts[0].startswith("no holder found within ")
     assert texts[1].startswith("no Python holder; likely kept from native code by the persistent")
 

@@ -19,6 +19,14 @@ class Payload:
     """Something to look for: an instance the collector tracks."""
 
 
+def cycle_only() -> Payload:
+    """A payload that only a reference cycle keeps: no root reaches it."""
+    target = Payload()
+    cycle: list[object] = [target]
+    cycle.append(cycle)
+    return target
+
+
 @pytest.fixture
 def module() -> Iterator[types.ModuleType]:
     scratch = types.ModuleType("scratch_unheld")
@@ -65,10 +73,7 @@ def test_instances_of_a_python_class_include_its_subclasses() -> None:
 
 @pytest.mark.usefixtures("visible_heap")
 def test_an_object_only_a_cycle_keeps_is_proved_unheld(module: types.ModuleType) -> None:
-    target = Payload()
-    cycle: list[object] = [target]
-    cycle.append(cycle)
-    del cycle
+    target = cycle_only()
     assert unheld([target], roots=roots_of(module), package_dir=PACKAGE_DIR) == {id(target)}
 
 
@@ -114,13 +119,6 @@ def test_a_callers_local_is_not_unheld_when_its_frame_is_a_root(module: types.Mo
     assert unheld([target], roots=roots_of(module), package_dir=PACKAGE_DIR) == {id(target)}
     assert unheld([target], roots=roots_of(module) | {id(frame)}, package_dir=PACKAGE_DIR) == set()
     del frame
-
-
-def cycle_only() -> Payload:
-    target = Payload()
-    cycle: list[object] = [target]
-    cycle.append(cycle)
-    return target
 
 
 @pytest.mark.usefixtures("visible_heap")
@@ -181,10 +179,7 @@ def test_a_chain_avoids_a_bulky_container_when_another_exists(module: types.Modu
 def test_an_unheld_object_beside_a_bulky_container_is_not_found(
     module: types.ModuleType,
 ) -> None:
-    target = Payload()
-    cycle: list[object] = [target]
-    cycle.append(cycle)
-    del cycle
+    target = cycle_only()
     module.BIG = [[index] for index in range(_BULKY + 1)]  # type: ignore[attr-defined]
     held = Payload()
     module.SMALL = [held]  # type: ignore[attr-defined]
@@ -237,10 +232,7 @@ def test_what_is_walked_last_still_leads_to_what_only_it_holds(module: types.Mod
 
 @pytest.mark.usefixtures("visible_heap")
 def test_the_proofs_first_pass_collects_instances_of_a_class(module: types.ModuleType) -> None:
-    target = Payload()
-    cycle: list[object] = [target]
-    cycle.append(cycle)
-    del cycle
+    target = cycle_only()
     heavy = [Heavy(None), Heavy(None)]
     collected: list[object] = []
     proved = unheld(
