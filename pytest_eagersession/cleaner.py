@@ -201,7 +201,9 @@ class Cleaner:
                 try:
                     item = garbage.get(timeout=CLEANER_POLL_S) if watching else garbage.get()
                 except queue.Empty:
-                    memory.look()
+                    # A session activated inside this one since the wait began owns the pace now.
+                    if TRACKER.is_innermost(self._owner):
+                        memory.look()
                     continue
                 if item is STOP:
                     return

@@ -366,6 +366,18 @@ def automatic_gc_disabled() -> Iterator[None]:
             gc.enable()
 
 
+@contextlib.contextmanager
+def automatic_gc_held_off() -> Iterator[None]:
+    """No automatic collection starts, whichever thread allocates; ``gc.isenabled()`` stays
+    true, so that a session's own collections (which respect ``gc.disable()``) still run."""
+    thresholds = gc.get_threshold()
+    gc.set_threshold(1 << 30, *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+
+
 @pytest.mark.parametrize("strategy", list(ResourceCleanupStrategy))
 def test_cycles_holding_tensors_are_collected_as_tracked_bytes_grow(make_session, strategy) -> None:
     # Eight 4 MiB cycles and a handful of Python objects: far too few allocations for the
@@ -379,7 +391,10 @@ def test_cycles_holding_tensors_are_collected_as_tracked_bytes_grow(make_session
     if strategy is IN_BACKGROUND and not return_free_memory():
         pytest.skip("needs glibc's malloc_trim to make the test's allocations grow memory")
     before = cleaner._RESIDENT.read() or 0
-    with session:
+    # ON_SESSION_CLOSE: what frees the garbage early would be the interpreter's collection,
+    # started by an allocation in any thread (xdist's I/O thread too), not the session's.
+    held_off = automatic_gc_held_off() if strategy is ON_SESSION_CLOSE else contextlib.nullcontext()
+    with held_off, session:
         first = None
         for i in range(count):
             node = Cyclic(tf.fill([1024, 1024], float(i)))  # 4 MiB of float32
@@ -909,6 +924,45 @@ def test_collections_in_a_cleaner_thread_never_promote_unseen_objects(make_sessi
         ("tensor", "EagerTensor", None, "float32", "[3]", 12)
     ]
     box.clear()
+
+
+def test_an_inner_session_starts_from_the_users_pace(make_session) -> None:
+    """Thresholds the outer session's cleaner lowered do not carry into an inner session.
+
+    Young collections brought forward for the outer session would collect the inner one's
+    cyclic garbage early: under ``ON_SESSION_CLOSE`` nothing but the interpreter's own pace may.
+    """
+    from pytest_eagersession.tracking import TRACKER
+
+    outer = make_session(IN_BACKGROUND, track_creation=False)
+    inner = make_session(ON_SESSION_CLOSE, track_creation=False)
+    found = gc.get_threshold()
+    with outer:
+        # What a scan that found 100 MiB of new tensors has the outer session's cleaner do.
+        TRACKER.pace(0, 100 * MIB)
+        assert gc.get_threshold()[0] < found[0]
+        with inner:
+            assert gc.get_threshold() == found
+        assert gc.get_threshold() == found
+    assert gc.get_threshold() == found
+
+
+def test_an_outer_sessions_cleaner_stops_watching_memory(make_session, monkeypatch) -> None:
+    """A cleaner waiting when an inner session is activated does not look once more on waking."""
+    from pytest_eagersession.tracking import TRACKER
+
+    monkeypatch.setattr(cleaner, "CLEANER_POLL_S", 0.2)
+    innermost: list[bool] = []
+    outer = make_session(IN_BACKGROUND, track_creation=False)
+    inner = make_session(ON_SESSION_CLOSE, track_creation=False)
+    monkeypatch.setattr(
+        cleaner.MemoryWatch, "look", lambda watch: innermost.append(TRACKER.is_innermost(outer))
+    )
+    with outer:
+        assert wait_until(lambda: bool(innermost))  # watching: it looks every CLEANER_POLL_S
+        with inner:
+            time.sleep(3 * cleaner.CLEANER_POLL_S)  # the wait under way ends meanwhile
+    assert all(innermost)
 
 
 def test_the_cleaner_collects_in_full_only_after_a_scan(monkeypatch) -> None:
