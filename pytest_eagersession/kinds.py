@@ -21,6 +21,7 @@ from pytest_eagersession._tf.classes import (
     kind_bases,
     owned_handle,
     search_roots,
+    tensor_built,
     tensor_nbytes,
 )
 from pytest_eagersession.sizes import format_bytes
@@ -134,6 +135,8 @@ def describe(obj: Any, kind: str) -> Description:
 
 def _describe(obj: Any, kind: str, type_name: str) -> Description:
     if kind == TENSOR:
+        if not tensor_built(obj):  # being made in another thread: its dtype would crash
+            return Description(kind, type_name)
         dtype = obj.dtype
         if dtype.name == "resource":
             return Description(RESOURCE_HANDLE, type_name, "resource", None, None, obj.device)

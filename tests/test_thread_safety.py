@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -207,3 +208,59 @@ def test_the_heap_listing_never_asks_an_object_for_its_class() -> None:
     assert any(obj is wanted for obj in found)
     assert not any(obj is pretender for obj in found)
     assert asked == []
+
+
+HALF_BUILT = r"""
+import gc
+import tensorflow as tf
+from pytest_eagersession.kinds import TENSOR, describe, tensor_nbytes
+
+EagerTensor = type(tf.constant(0.0))
+seen = []
+
+
+def look(phase, info):
+    # A collection that starts inside tf.constant lists the tensor it is building.
+    if phase != "start":
+        return
+    for obj in gc.get_objects(0):
+        if type(obj) is not EagerTensor:
+            continue
+        try:
+            obj._num_elements()
+        except Exception as error:  # the element count checks the handle; dtype does not
+            if "Invalid handle" in str(error):
+                d = describe(obj, TENSOR)
+                seen.append((d.kind, d.dtype, d.shape, tensor_nbytes(obj)))
+
+
+thresholds = gc.get_threshold()
+gc.callbacks.append(look)
+gc.set_threshold(1, 1, 1)
+try:
+    for i in range(200):
+        tf.constant([[1.0, 2.0], [3.0, float(i)]])
+finally:
+    gc.set_threshold(*thresholds)
+    gc.callbacks.remove(look)
+print(len(seen), sorted(set(seen)))
+print(describe(tf.constant([1.0, 2.0]), TENSOR).summary())
+"""
+
+
+def test_a_half_built_tensor_is_described_without_reading_its_handle() -> None:
+    """``tf.constant`` tracks its tensor before the handle exists; describing it must not crash.
+
+    A collection inside the constructor lists the tensor, and so may another thread while the
+    collection's callbacks run: a session closing there describes what it owns. Reading the
+    half-built tensor's dtype dereferences the missing handle (a segfault in TensorFlow).
+    """
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run(
+        [sys.executable, "-c", HALF_BUILT], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    count, rows = result.stdout.splitlines()[0].split(" ", 1)
+    assert int(count) > 0  # the collections did catch tensors half-built
+    assert rows == "[('tensor', None, None, 0)]"  # their type only, no bytes
+    assert result.stdout.splitlines()[1] == "EagerTensor float32[2] 8 B on CPU:0"

@@ -75,8 +75,28 @@ def owned_handle(obj: Any, kind: str) -> Any:
         return None
 
 
+def tensor_built(obj: Any) -> bool:
+    """Whether the EagerTensor ``obj`` has its native handle yet.
+
+    ``EagerTensor.__init__`` (``tf.constant`` of a Python value) tracks the object before it
+    makes the handle: a collection that starts inside it lists the tensor half-built, and so
+    does another thread that runs meanwhile (the collection's callbacks let it). Reading such
+    a tensor's ``dtype`` dereferences the missing handle and crashes the process; the element
+    count checks for it and raises. Nothing else about the tensor may be read before this.
+    """
+    try:
+        obj._num_elements()
+    except Exception:
+        return False
+    return True
+
+
 def tensor_nbytes(obj: Any) -> int:
-    """Bytes of an EagerTensor's buffer, 0 when unknown; cheap enough for the hot path."""
+    """Bytes of an EagerTensor's buffer, 0 when unknown; cheap enough for the hot path.
+
+    The element count comes first: it raises for a half-built tensor (see ``tensor_built``)
+    before ``dtype`` is read.
+    """
     try:
         return int(obj._num_elements()) * int(obj.dtype.size)
     except Exception:

@@ -59,7 +59,7 @@ NAMES: tuple[PrivateName, ...] = (
     PrivateName("tensorflow.python.ops.lookup_ops", "LookupInterface", "classes.kind_bases"),
     PrivateName("tensorflow.python.ops.variables", "Variable", "classes.kind_bases"),
     PrivateName("tensorflow.python.trackable.resource", "CapturableResource", "classes.kind_bases"),
-    PrivateName(_OPS, "_num_elements", "classes.tensor_nbytes", of="tensor"),
+    PrivateName(_OPS, "_num_elements", "classes.tensor_nbytes, classes.tensor_built", of="tensor"),
     PrivateName(_OPS, "_handle", "classes.HANDLES (destroy_handle)", of="variable"),
     PrivateName(
         "tensorflow.python.data.ops.iterator_ops",
