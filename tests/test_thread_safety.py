@@ -219,6 +219,19 @@ EagerTensor = type(tf.constant(0.0))
 seen = []
 
 
+class Row:
+    # A sequence of Python's own: the constructor calls back into Python for each item, where
+    # Python 3.12 runs a due collection too (it runs none inside C code).
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, index):
+        if index >= 2:
+            raise IndexError(index)
+        [[] for _ in range(3)]  # a few tracked allocations: a collection is due
+        return float(index)
+
+
 def look(phase, info):
     # A collection that starts inside tf.constant lists the tensor it is building.
     if phase != "start":
@@ -240,6 +253,7 @@ gc.set_threshold(1, 1, 1)
 try:
     for i in range(200):
         tf.constant([[1.0, 2.0], [3.0, float(i)]])
+        tf.constant([Row(), Row()])
 finally:
     gc.set_threshold(*thresholds)
     gc.callbacks.remove(look)
