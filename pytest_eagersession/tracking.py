@@ -388,7 +388,6 @@ class Tracker:
         with self._lock:
             self._active = (*self._active, session)
             self._install()
-            self._end_pacing()
 
     def pop(self, session: Owner) -> None:
         """Attribute the young objects to their owner, then stop owning for ``session``."""
@@ -405,7 +404,6 @@ class Tracker:
                     break
             self._active = tuple(active)
             self._update_installation()
-            self._end_pacing()
 
     def set_fallback(self, session: Owner | None) -> None:
         """The default session owns what is made while no session is active."""
@@ -518,18 +516,8 @@ class Tracker:
             gc.callbacks.remove(self._on_collection)
             self._installed = False
         if not self._active:
-            self._end_pacing()
-
-    def _end_pacing(self) -> None:
-        """Give the collector back the thresholds found: the owner that paced it changed.
-
-        Pacing is the innermost session's, by its tensor bytes and its cleaner's memory watch;
-        a session activated inside it, or the one it returns to, starts from the user's pace
-        (an inner ``ON_SESSION_CLOSE`` session must not see young collections brought forward
-        for its outer one). Its own scans pace again where its strategy does.
-        """
-        self._pacing = False
-        self._pacer.restore()
+            self._pacing = False
+            self._pacer.restore()
 
 
 #: The process-wide tracker; its owners are ``EagerSession`` objects.
