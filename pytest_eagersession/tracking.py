@@ -350,6 +350,7 @@ class Tracker:
         self._lock = threading.RLock()
         self._quiet_threads: set[int] = set()
         self._young_seen = False  # every object in the middle generation was scanned
+        self._starts = 0  # collections started so far, in any thread
         self._pacing = False
         self._quiet_scans = 0
         self._scanning = False
@@ -443,15 +444,27 @@ class Tracker:
         if self._scanning or self.in_quiet_thread():
             self._young_seen = False  # what this collection promotes was not seen
             return
-        generations = (0,) if self._young_seen else (0, 1)
+        # Until the listing is made, no collection may start: one started by the scan's own
+        # allocations would move young objects on unseen, a tensor made just now included.
+        # (``gc.isenabled`` and ``gc.disable`` allocate nothing the collector tracks.)
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
         self._scanning = True  # a collection the scan itself starts must not scan again
         try:
-            found = self._classifier.find(generations)
+            try:
+                starts = self._starts
+                found = self._classifier.find((0,) if self._young_seen else (0, 1))
+            finally:
+                if paused:
+                    gc.enable()
             nbytes = owner.ownership.add_all(found)
             del found
         finally:
             self._scanning = False
-        self._young_seen = True
+        # A collection that started since (recording can start one, as can another thread)
+        # moved young objects on unseen: the next scan looks at the middle generation too.
+        self._young_seen = self._starts == starts
         self._scans += 1
         if generation is not None:
             # Pacing stops after a few scans in a row found little: one right after another
@@ -487,6 +500,7 @@ class Tracker:
     def _on_collection(self, phase: str, info: dict[str, int]) -> None:
         if phase != "start":
             return
+        self._starts += 1
         generation = info["generation"]
         if generation >= 1 and not self.in_quiet_thread():
             self._middle_collections += 1

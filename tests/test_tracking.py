@@ -951,6 +951,28 @@ def test_thresholds_restored_from_a_snapshot_taken_while_paced_go_back(make_sess
         assert gc.get_threshold() == found
 
 
+@pytest.mark.parametrize("young", [1, 2, 3, 4, 5, 7, 10, 28, 50, 700])
+def test_a_tensor_is_attributed_whatever_the_young_threshold(make_session, young) -> None:
+    """A collection that the scan's own allocations start must not move a new tensor on unseen.
+
+    Low thresholds are the user's choice, and the pacer's own (down to 10); with some of them
+    the scan at deactivation started a collection of the middle generation before it listed
+    the young objects, and the tensor reached the oldest generation unattributed.
+    """
+    session = make_session(ON_SESSION_CLOSE, track_creation=False)
+    thresholds = gc.get_threshold()
+    gc.set_threshold(young, 10, 10)
+    try:
+        with session:
+            kept = tf.constant([1, 2, 3])
+    finally:
+        gc.set_threshold(*thresholds)
+    assert [row(s) for s in session.survivors()] == [
+        ("tensor", "EagerTensor", None, "int32", "[3]", 12)
+    ]
+    del kept
+
+
 def test_an_outer_sessions_cleaner_stops_watching_memory(make_session, monkeypatch) -> None:
     """A cleaner waiting when an inner session is activated does not look once more on waking."""
     from pytest_eagersession.tracking import TRACKER
