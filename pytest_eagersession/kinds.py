@@ -135,7 +135,7 @@ def describe(obj: Any, kind: str) -> Description:
 
 def _describe(obj: Any, kind: str, type_name: str) -> Description:
     if kind == TENSOR:
-        if not tensor_built(obj):  # being made in another thread: its dtype would crash
+        if not tensor_built(obj):  # its constructor is still running: dtype would crash
             return Description(kind, type_name)
         dtype = obj.dtype
         if dtype.name == "resource":

@@ -450,10 +450,10 @@ class Tracker:
         paused = gc.isenabled()
         if paused:
             gc.disable()
+        starts = self._starts
         self._scanning = True  # a collection the scan itself starts must not scan again
         try:
             try:
-                starts = self._starts
                 found = self._classifier.find((0,) if self._young_seen else (0, 1))
             finally:
                 if paused:
