@@ -1,158 +1,155 @@
-"""The ``IN_BACKGROUND`` cleaner: a daemon thread per session that deletes what died.
+"""Collecting what a session made and let die: the cycle watch, and the ``IN_BACKGROUND`` thread.
 
-It blocks on the session's garbage queue and wakes for work: a dead referent, a collection of
-cyclic garbage that the growth of tensor bytes made due, or the stop. While its session owns
-new objects, it also reads the process's resident memory every few milliseconds and paces the
-collector by it (``MemoryWatch``), and by the tensor bytes the tracker's scans find
-(``Cleaner.pace``). It never lists the heap, and collections that start in it are not scanned
-(see ``tracking.Tracker``).
+Reference counting frees most tensors at once; a tensor held in a reference cycle (a model that
+points back at itself, a closure over its own frame, a callback holding its owner) waits for the
+collector, which counts allocations, not bytes, and promotes live cycles into generations it
+rarely visits: a loop that keeps only its latest cycle piles up the others. A session's watch
+(``GarbageWatch``) looks at the bytes its tensors and variables hold instead, and collects when
+they grow: what the session made is all in the collector's generations (the line of
+``tracking``), so listing it is one call into C and collecting it walks it alone. Under
+``IN_BACKGROUND`` the session's ``Cleaner`` thread looks every fraction of a millisecond while
+the bytes grow; under ``ON_SAFE_POINTS`` the op callback looks every half threshold of outputs.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
+import gc
 import queue
 import threading
+import time
 
 from pytest_eagersession._tf import is_ready as tensorflow_ready
+from pytest_eagersession._tf.classes import byte_holders, variable_nbytes
+from pytest_eagersession.heap import family
+from pytest_eagersession.kinds import tensor_nbytes
 from pytest_eagersession.references import STOP, WAKE, ReferenceRegistry, report_failures
-from pytest_eagersession.tracking import TRACKER, CycleCollector, Owner
+from pytest_eagersession.tracking import TRACKER, Owner
 
+#: Bytes the tensors and variables a session made may grow by before their cycles are collected.
+CYCLE_BYTES_THRESHOLD = 8 * 1024 * 1024
 #: How long stopping waits for the cleaner thread to end.
 CLEANER_JOIN_TIMEOUT_S = 5.0
-#: How often the cleaner of the session that owns new objects looks at the process's memory.
-CLEANER_POLL_S = 0.005
-#: Scans keep pacing while each finds at least this fraction of the threshold in new tensors.
-PACING_FRACTION = 16
+#: The shortest and the longest wait of a cleaner between two looks (shortest while bytes grow).
+LOOK_INTERVAL_S = (0.0005, 0.008)
+#: Seconds without growth after which a cleaner's looks back off towards the longest wait.
+QUIET_S = 0.05
+#: Listing what a session made may take at most one part in this many of its cleaner's time.
+LOOK_DUTY = 10
+#: After collections that free little, the watch waits for up to this many thresholds of growth.
+MOST_THRESHOLDS = 64
 
 
-class ResidentMemory:
-    """The process's resident memory, read without allocating a tracked object (Linux only)."""
+class GarbageWatch:
+    """When a session collects the cyclic garbage it made.
 
-    def __init__(self) -> None:
-        self._fd: int | None = None
-        self._pid = 0
-        self._page = 0
-
-    def read(self) -> int | None:
-        """Resident bytes now, or None where the system does not say."""
-        if self._pid != os.getpid():  # first use, or a forked child: its own /proc/self
-            self._pid = os.getpid()
-            try:
-                self._fd = os.open("/proc/self/statm", os.O_RDONLY)
-                self._page = os.sysconf("SC_PAGE_SIZE")
-            except (OSError, ValueError, AttributeError):
-                self._fd = None
-        if self._fd is None:
-            return None
-        try:
-            fields = os.pread(self._fd, 96, 0)
-        except OSError:
-            return None
-        start = fields.index(b" ") + 1
-        return int(fields[start : fields.index(b" ", start)]) * self._page
-
-
-_RESIDENT = ResidentMemory()
-
-
-class MemoryWatch:
-    """What the cleaner makes of the process's resident memory, read every few milliseconds.
-
-    Growth by the threshold where no scan looked yet has the next allocation start a
-    collection (of the young generation, by the interpreter, in the allocating thread). Growth
-    by ``FULL_EVERY`` thresholds since the last full collection means cycles promoted alive
-    into the oldest generation are dying there: the cleaner collects in full. A full collection
-    that frees less than a threshold doubles the growth the next one waits for, so that memory
-    the code keeps (a dataset, a model) does not make it collect in vain.
-
-    A collection in the cleaner promotes the young objects without a scan (the cleaner never
-    lists the heap), so the full one waits for a scan: it hurries the collector, and collects
-    as soon as a thread that may scan has looked at the young generations since, or after
-    ``FULL_WAIT_LOOKS`` looks without one (the code is not allocating: waiting, or in a long
-    TensorFlow call; what it made since the last scan may then go unattributed).
+    A look lists the tensors and variables made since the session's line (live or garbage) and
+    adds up their bytes; once those exceed the least they were since the last collection by
+    ``threshold``, it collects what the session made (``TRACKER.collect_new``: a few
+    milliseconds), and the bytes left are the new least. A collection that frees less than half
+    a threshold (the bytes are the code's, kept on purpose) doubles the growth the next one
+    waits for, up to ``MOST_THRESHOLDS`` thresholds; one that frees a threshold resets it.
+    Where automatic collection is off (``gc.disable()``, or a zero threshold), it stays off.
     """
 
-    FULL_WAIT_LOOKS = 10
+    def __init__(self, owner: Owner, threshold: int = CYCLE_BYTES_THRESHOLD) -> None:
+        self._owner = owner
+        self.threshold = threshold
+        self._least: int | None = None
+        self._last = 0
+        self._step = threshold
+        self._noted = 0
+        self._collections = 0
+        self._lock = threading.Lock()
+        self._types: frozenset[type] = frozenset()
+        self.listing_seconds = 0.0
+        """How long the last look took to list and count the bytes (collecting aside)."""
 
-    def __init__(self, collector: CycleCollector, baseline: int | None = None) -> None:
-        self._collector = collector
-        # ``baseline``: the resident memory when the session was activated, read then, so that
-        # what the code allocates before the cleaner's first look counts as growth.
-        self._low: int | None = baseline
-        self._full_low: int | None = baseline
-        self._full_gap = collector.FULL_EVERY * collector.threshold
-        self._full_after_scan: int | None = None  # the scan count a full collection waits past
-        self._full_waited = 0  # looks since it began to wait
-        self._hurried_at: int | None = None  # the scan count at the latest hurry, while waiting
-        self._idle_looks = 0
+    @property
+    def collections(self) -> int:
+        """How many collections the growth of bytes started."""
+        return self._collections
 
-    def look(self) -> None:
-        """Read the resident memory once and act on its growth."""
-        resident = _RESIDENT.read()
-        if resident is None:
-            return
-        threshold = self._collector.threshold
-        self._low = resident if self._low is None else min(self._low, resident)
-        self._full_low = resident if self._full_low is None else min(self._full_low, resident)
-        if self._full_after_scan is not None or resident - self._full_low >= self._full_gap:
-            self._collect_full_after_a_scan(resident, threshold)
-            return
-        if resident - self._low >= threshold:
-            TRACKER.hurry()
-            self._low = resident
-            if self._hurried_at is None:
-                self._hurried_at, self._idle_looks = TRACKER.middle_collections, 0
-        elif self._hurried_at is not None:
-            self._collect_young_if_idle()
+    def restart(self) -> None:
+        """The session's line was drawn again (it was activated): start from nothing.
 
-    def _collect_young_if_idle(self) -> None:
-        """After a hurry: the code's own collection of the middle generation, or the cleaner's.
-
-        Cycles promoted alive die in the middle generation, which a cleaner's own young
-        collections leave alone (see ``Tracker``). Where the code's threads collect it within
-        ``FULL_WAIT_LOOKS`` looks, nothing more is needed; where they do not (the code waits,
-        or its young collections are all the hurry brought), the cleaner collects it.
+        The classes of tensors and variables are listed again too: an import since may have
+        defined a new kind of variable.
         """
-        assert self._hurried_at is not None
-        self._idle_looks += 1
-        if TRACKER.middle_collections != self._hurried_at:
-            self._hurried_at = None
-        elif self._idle_looks >= self.FULL_WAIT_LOOKS:
-            self._hurried_at = None
-            self._collector.collect_middle()
+        with self._lock:
+            self._least, self._last, self._noted = None, 0, 0
+            self._step = self.threshold
+            self._types = frozenset()
 
-    def _collect_full_after_a_scan(self, resident: int, threshold: int) -> None:
-        if self._full_after_scan is None:
-            self._full_after_scan, self._full_waited = TRACKER.scans, 0
-            TRACKER.hurry()
-            return
-        self._full_waited += 1
-        if TRACKER.scans == self._full_after_scan and self._full_waited < self.FULL_WAIT_LOOKS:
-            return  # no scan yet: the young objects would be promoted unseen
-        self._full_after_scan = None
-        self._collector.collect_full()
-        after = _RESIDENT.read() or resident
-        freed = resident - after
-        self._full_gap = (
-            self._collector.FULL_EVERY * threshold
-            if freed >= threshold
-            else min(2 * self._full_gap, 1 << 34)
-        )
-        self._low = self._full_low = after
+    def note(self, nbytes: int) -> None:
+        """Count ``nbytes`` of op outputs; look once half a threshold of them came."""
+        with self._lock:
+            self._noted += nbytes
+            if self._noted < self.threshold // 2:
+                return
+            self._noted = 0
+        self.look()
+
+    def look(self) -> int:
+        """Collect if the bytes grew past the threshold; return their growth since the last look."""
+        if not gc.isenabled() or gc.get_threshold()[0] <= 0:
+            return 0
+        total = self._bytes()
+        if total is None:  # the session does not own new objects now
+            return 0
+        with self._lock:
+            grown = total - self._last
+            least = total if self._least is None else min(self._least, total)
+            due = total - least >= self._step
+        if due and TRACKER.collect_new(self._owner):
+            before, total = total, self._bytes() or 0
+            least = total
+            with self._lock:
+                self._collections += 1
+                freed = before - total
+                self._step = (
+                    self.threshold
+                    if freed >= self.threshold // 2
+                    else min(2 * self._step, MOST_THRESHOLDS * self.threshold)
+                )
+        with self._lock:
+            self._least, self._last = least, total
+        return max(grown, 0)
+
+    def _bytes(self) -> int | None:
+        if not tensorflow_ready():
+            return None
+        started = time.perf_counter()
+        tensors, variables = byte_holders()
+        if not self._types:  # every concrete class: a set lookup per object, not an MRO test
+            self._types = frozenset((tensors, *family(variables)))
+        found = TRACKER.new_objects(self._owner, self._types)
+        if found is None:
+            return None
+        try:
+            return sum(
+                tensor_nbytes(obj) if type(obj) is tensors else variable_nbytes(obj)
+                for obj in found
+            )
+        finally:
+            found.clear()
+            self.listing_seconds = time.perf_counter() - started
 
 
 class Cleaner:
-    """The background thread of one session, started at once; ``stop()`` ends it."""
+    """The background thread of one session, started at once; ``stop()`` ends it.
 
-    def __init__(
-        self, owner: Owner, references: ReferenceRegistry, collector: CycleCollector
-    ) -> None:
+    It blocks on the session's garbage queue and deletes each reference whose referent died.
+    While its session owns new objects it also looks at them (``GarbageWatch``) between items:
+    every ``LOOK_INTERVAL_S[0]`` while their bytes grow, backing off to ``LOOK_INTERVAL_S[1]``
+    once they did not for ``QUIET_S``, and never spending more than a ``LOOK_DUTY``-th of its
+    time listing.
+    """
+
+    def __init__(self, owner: Owner, references: ReferenceRegistry, watch: GarbageWatch) -> None:
         self._owner = owner
         self._references = references
-        self._collector = collector
-        self._baseline: int | None = None
+        self._watch = watch
         self.thread = threading.Thread(
             target=self._run, name=f"eagersession-cleaner-{id(owner):x}", daemon=True
         )
@@ -160,9 +157,7 @@ class Cleaner:
         self.thread.start()
 
     def wake(self) -> None:
-        """Start watching memory afresh, from the resident memory now: the session was just
-        activated (the thread may look only after the code has allocated a lot)."""
-        self._baseline = _RESIDENT.read()
+        """Watch afresh: the session became the owner of new objects (activated, or resumed)."""
         self._references.garbage_queue.put(WAKE)
 
     def request_stop(self) -> None:
@@ -179,43 +174,33 @@ class Cleaner:
         self.request_stop()
         self.join()
 
-    def pace(self, generation: int, nbytes: int) -> bool:
-        """Pace the collector by ``nbytes`` of new tensors a scan at a collection found.
-
-        The full collections are the cleaner's (``MemoryWatch``). True to keep pacing: to scan
-        at every collection, while tensors come in bytes that matter.
-        """
-        if TRACKER.pace(generation, nbytes):
-            self._collector.count_early()
-        return nbytes >= self._collector.threshold // PACING_FRACTION
-
     def _run(self) -> None:
         references = self._references
         garbage = references.garbage_queue
-        ident = threading.get_ident()
-        TRACKER.quiet_thread(ident)
-        memory = MemoryWatch(self._collector)
-        try:
-            while True:
-                watching = TRACKER.is_innermost(self._owner) and tensorflow_ready()
-                try:
-                    item = garbage.get(timeout=CLEANER_POLL_S) if watching else garbage.get()
-                except queue.Empty:
-                    # A session activated inside this one since the wait began owns the pace now.
-                    if TRACKER.is_innermost(self._owner):
-                        memory.look()
-                    continue
-                if item is STOP:
-                    return
-                if item is WAKE:
-                    memory = MemoryWatch(self._collector, self._baseline)
-                    continue
-                failures: list[str] = []
-                if references.delete(item, failures):
-                    references.count_run()
-                # A warning filter set to "error" would raise here; nobody could catch it in
-                # this thread, and the count in stats() already records the failure.
-                with contextlib.suppress(Exception):
-                    report_failures(failures)
-        finally:
-            TRACKER.quiet_thread(ident, quiet=False)
+        watch = self._watch
+        shortest, longest = LOOK_INTERVAL_S
+        interval = shortest
+        grew_at = float("-inf")  # nothing grew yet: the looks back off until something does
+        while True:
+            watching = TRACKER.is_innermost(self._owner) and tensorflow_ready()
+            try:
+                item = garbage.get(timeout=interval) if watching else garbage.get()
+            except queue.Empty:
+                now = time.monotonic()
+                if watch.look() >= watch.threshold // 16:
+                    grew_at = now
+                interval = shortest if now - grew_at < QUIET_S else min(2 * interval, longest)
+                interval = max(interval, LOOK_DUTY * watch.listing_seconds)
+                continue
+            if item is STOP:
+                return
+            if item is WAKE:
+                interval, grew_at = shortest, float("-inf")
+                continue
+            failures: list[str] = []
+            if references.delete(item, failures):
+                references.count_run()
+            # A warning filter set to "error" would raise here; nobody could catch it in
+            # this thread, and the count in stats() already records the failure.
+            with contextlib.suppress(Exception):
+                report_failures(failures)

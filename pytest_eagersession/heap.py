@@ -24,9 +24,11 @@ import functools
 import gc
 import itertools
 import operator
+import sys
 import threading
 import types
-from collections.abc import Callable, Iterable, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
@@ -34,25 +36,58 @@ from typing import Any
 def instances(classes: Sequence[type], generations: Sequence[int]) -> list[object]:
     """The gc-tracked objects of ``generations`` that are instances of one of ``classes``.
 
-    An object of two of the classes comes back twice. The generations are listed in the same
-    call, so no object can move from one to another in between.
+    Each comes back once, in the order of the listing. The generations are listed in the same
+    call, so no object can move from one to another in between. While the boundary is drawn
+    (``BOUNDARY``), frozen objects are in none of them: the three generations hold exactly what
+    was made since it was drawn.
     """
     if not classes or not generations:
         return []
-    # A stream of heap listings, one per generation: two reads per class (the objects, and
-    # their types for the test), then one that empties each listing.
-    listings = itertools.tee(map(_GET_OBJECTS, generations), 2 * len(classes) + 1)
-    selected = [
-        itertools.compress(
-            itertools.chain.from_iterable(objects),
-            map(_subclass_test(cls), map(type, itertools.chain.from_iterable(kinds))),
-        )
-        for cls, objects, kinds in zip(classes, listings[0:-1:2], listings[1:-1:2], strict=True)
-    ]
-    # list.clear returns None: the emptying adds nothing to the result, but drops the listing's
-    # references before the C call returns (tee keeps its last items buffered).
-    emptied: filter[None] = filter(None, map(list.clear, listings[-1]))
-    return _in_one_call(itertools.chain(*selected, emptied))
+    return _in_one_call(_listing(classes, generations))
+
+
+def of_types(types: frozenset[type], generations: Sequence[int]) -> list[object]:
+    """The gc-tracked objects of ``generations`` whose type is one of ``types`` exactly.
+
+    A set lookup per object, where ``instances`` tests each class's MRO: about twice as fast,
+    for a caller that knows every concrete class it wants (``family`` lists them).
+    """
+    if not types or not generations:
+        return []
+    listings = itertools.tee(map(_GET_OBJECTS, generations), 3)
+    selected = itertools.compress(
+        itertools.chain.from_iterable(listings[0]),
+        map(types.__contains__, map(type, itertools.chain.from_iterable(listings[1]))),
+    )
+    emptied: filter[None] = filter(None, map(list.clear, listings[2]))
+    return _in_one_call(itertools.chain(selected, emptied))
+
+
+def _listing(
+    classes: Sequence[type],
+    generations: Sequence[int],
+    *,
+    weak: bool = False,
+) -> Iterator[Any]:
+    """The lazy pipeline behind ``instances``, to consume inside one call (``_in_one_call``).
+
+    It yields the instances (weak references to them if ``weak``, for the classes whose
+    instances take one), then empties the listings (``list.clear`` returns None: nothing is
+    yielded).
+    """
+    if weak:
+        classes = [cls for cls in classes if cls.__weakrefoffset__]
+    # A stream of heap listings, one per generation, read three times: the objects, their
+    # types (for the test, one copy per class), and to empty each listing.
+    listings = itertools.tee(map(_GET_OBJECTS, generations), 3)
+    kinds = itertools.tee(map(type, itertools.chain.from_iterable(listings[1])), len(classes))
+    tests = [map(_subclass_test(cls), copy) for cls, copy in zip(classes, kinds, strict=True)]
+    wanted = functools.reduce(partial(map, operator.or_), tests) if tests else iter(())
+    selected: Iterator[Any] = itertools.compress(itertools.chain.from_iterable(listings[0]), wanted)
+    if weak:
+        selected = map(weakref.ref, selected)
+    emptied: filter[None] = filter(None, map(list.clear, listings[2]))
+    return itertools.chain(selected, emptied)
 
 
 def _in_one_call(pipeline: Iterable[Any]) -> list[Any]:
@@ -67,14 +102,28 @@ def _in_one_call(pipeline: Iterable[Any]) -> list[Any]:
             gc.enable()
 
 
+def _call(function: Callable[[], None]) -> filter[None]:
+    """A pipeline step that calls ``function()`` (which returns None) and yields nothing."""
+    return filter(None, itertools.starmap(function, ((),)))
+
+
+def _split(items: list[Any], marker: object) -> tuple[list[Any], list[Any]]:
+    """``items`` before and after the first ``marker`` (all of them, and none, without one)."""
+    for index, item in enumerate(items):
+        if item is marker:
+            return items[:index], items[index + 1 :]
+    return items, []
+
+
 def referrers(objects: tuple[object, ...]) -> tuple[list[object], list[frozenset[int]]]:
     """What refers to ``objects``: the referrers other than tuples, and each tuple's item ids.
 
     A tuple that refers to one of them may be one another thread is still building, so tuples
     never come back: only the ids of what each one holds, which hold nothing. Made and filtered
-    in one call into C, as ``instances`` lists the heap. The ``objects`` tuple itself is left
-    out (before 3.13 the collector skips the tuple it is given; from 3.13 it is given a copy).
-    A frozen heap hides its referrers: thaw it first (``OlderObjectsFrozen.thaw_all``).
+    in one call into C, as ``instances`` lists the heap, over the whole heap (``BOUNDARY``
+    thaws it for that call). The ``objects`` tuple itself is left out (before 3.13 the
+    collector skips the tuple it is given; from 3.13 it is given a copy). A heap that other
+    code froze hides its referrers: ``whole_heap_visible()`` says whether it can be seen.
     """
     if not objects:
         return [], []
@@ -101,10 +150,9 @@ def referrers(objects: tuple[object, ...]) -> tuple[list[object], list[frozenset
     )
     others = itertools.compress(flat(3), map(operator.not_, map(is_tuple, map(type, flat(4)))))
     emptied: filter[None] = filter(None, map(list.clear, listings[5]))
-    found = _in_one_call(itertools.chain(tuples, (_MARKER,), others, emptied))
-    split = next(index for index, item in enumerate(found) if item is _MARKER)
-    held: list[frozenset[int]] = found[:split]
-    return found[split + 1 :], held
+    found = BOUNDARY.whole(itertools.chain(tuples, (_MARKER,), others, emptied))
+    held, others_found = _split(found, _MARKER)
+    return others_found, held
 
 
 _MARKER = object()
@@ -117,8 +165,8 @@ def instances_of(cls: type) -> list[object]:
     over the heap for what refers to it and to its subclasses finds them all: cheaper than
     listing the heap (``instances``), which a class defined in C still needs.
     """
-    if not cls.__flags__ & _HEAP_TYPE or not OlderObjectsFrozen.thaw_all():
-        return instances([cls], (0, 1, 2))
+    if not cls.__flags__ & _HEAP_TYPE or not whole_heap_visible():
+        return BOUNDARY.whole(_listing([cls], (0, 1, 2)))
     found, _ = referrers(family(cls))
     try:
         return only_instances(found, cls)
@@ -212,70 +260,237 @@ def reachable(
     return seen
 
 
-class OlderObjectsFrozen:
-    """Keeps the objects older than a session out of the collector's way while it is active.
+def whole_heap_visible() -> bool:
+    """Whether a listing of the heap (``referrers``) can see all of it.
 
-    ``gc.freeze()`` moves every object into a generation the collector never visits, so that a
-    full collection at the session's end walks only what was made since: a few milliseconds
-    instead of a few hundred with TensorFlow loaded. ``thaw()`` moves them back. Frozen
-    objects are invisible to ``gc.get_objects()`` and ``gc.get_referrers()``, so while frozen
-    those two are wrapped to thaw first: code that lists the heap (objgraph, TensorFlow's
-    own leak checks) sees all of it, and the session just loses the shortcut.
+    Frozen objects are in no generation the collector lists. The boundary's own freeze is
+    thawed for each listing; one that other code made before it was drawn (Python 3.12.1
+    starts with one) is not, and hides what it froze.
+    """
+    return BOUNDARY.drawn or gc.get_freeze_count() == 0
 
-    One freeze at a time, and never over one made by someone else (``gc.get_freeze_count()``).
+
+class Boundary:
+    """``gc.freeze()`` as the line between the objects made before it and those made since.
+
+    While the line is drawn, the collector's three generations hold exactly the gc-tracked
+    objects made since, whatever collections ran in between, in whichever thread, and its
+    permanent generation everything older: ``instances(classes, (0, 1, 2))`` lists what is
+    new, and ``collect_new`` collects it alone, in a few milliseconds where a whole collection
+    with TensorFlow loaded takes hundreds. ``draw`` moves the line to now, ``erase`` thaws.
+
+    Other code's view of the heap stays whole. While the line is drawn, ``gc.get_objects``,
+    ``gc.get_referrers`` and ``gc.collect`` (of the oldest generation) are replaced by versions
+    that thaw the heap, run, and draw the line again, all in one call into C, in which no other
+    thread runs; ``gc.freeze`` and ``gc.unfreeze`` draw it again (which freezes everything: a
+    thaw waits until the line is erased). What was new before such a call is handed to
+    ``adopt`` first: the instances of ``new_classes()``, which the caller sets (the tracker, so
+    that each goes to the session it was made in).
+
+    Each method takes ``lock``; the caller may hold it across several.
     """
 
-    _lock = threading.Lock()
-    _holder: OlderObjectsFrozen | None = None
-
-    def freeze(self) -> bool:
-        """Freeze now, unless the heap is frozen already; True when this call froze it."""
-        with OlderObjectsFrozen._lock:
-            if OlderObjectsFrozen._holder is not None or gc.get_freeze_count():
-                return False
-            gc.freeze()
-            OlderObjectsFrozen._holder = self
-            gc.get_objects = _thawing(_GET_OBJECTS)
-            gc.get_referrers = _thawing(_GET_REFERRERS)
-            return True
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        """Held by every method; a caller that must see no other thread's change between two
+        calls holds it across them."""
+        self.new_classes: Callable[[], Sequence[type]] = tuple
+        """The classes whose new instances ``adopt`` is given before a thaw; none by default."""
+        self.adopt: Callable[[list[object]], None] = _ignore
+        """Takes the new instances listed before a thaw that other code's call made."""
+        self._drawn = False
+        self._thawed = False  # inside one of our thawing calls (a finalizer may call gc again)
+        self._blocks = 0  # the interpreter's allocated blocks when the heap was last collected
 
     @property
-    def frozen(self) -> bool:
-        """Whether this holder's freeze is in force."""
-        return OlderObjectsFrozen._holder is self
+    def drawn(self) -> bool:
+        """Whether the line is drawn: the generations hold only what was made since."""
+        return self._drawn
 
-    def thaw(self) -> bool:
-        """Undo this holder's freeze; True when it was in force."""
-        return _thaw(self)
+    def draw(self, classes: Sequence[type] = ()) -> list[object]:
+        """Draw the line now: return the instances of ``classes`` made since it was last drawn.
 
-    @staticmethod
-    def thaw_all() -> bool:
-        """Undo whichever holder's freeze is in force; True when the heap is not frozen now."""
-        _thaw(None)
-        return gc.get_freeze_count() == 0
+        The listing and the freeze are one call into C: an object made in another thread
+        meanwhile is either listed or made after the line. Not drawn before, nothing is listed
+        (everything in the heap would be) and the line is drawn for the first time.
+        """
+        with self.lock:
+            if not self._drawn:
+                _FREEZE()
+                self._drawn = True
+                self._blocks = self._blocks or sys.getallocatedblocks()
+                _replace_gc_functions(self)
+                return []
+            return _in_one_call(itertools.chain(_listing(classes, (0, 1, 2)), _call(_FREEZE)))
+
+    def erase(self, classes: Sequence[type] = ()) -> list[object]:
+        """Thaw everything: return the instances of ``classes`` made since the line was drawn."""
+        with self.lock:
+            if not self._drawn:
+                return []
+            found = _in_one_call(itertools.chain(_listing(classes, (0, 1, 2)), _call(_UNFREEZE)))
+            self._drawn = False
+            _restore_gc_functions()
+            return found
+
+    def collect_new(self) -> bool:
+        """Collect what was made since the line was drawn, alone; False (nothing done) if not drawn.
+
+        ``gc.collect`` itself, not the replacement that collects the whole heap.
+        """
+        with self.lock:
+            if not self._drawn:
+                return False
+            _COLLECT(2)
+            return True
+
+    def collect_whole(self, classes: Sequence[type] = ()) -> tuple[int, list[object]]:
+        """Collect the whole heap and keep the line: the number collected, and what was new.
+
+        What was new: the instances of ``classes`` made since the line was drawn that outlive
+        the collection, and those made during it (by finalizers, or other threads while they
+        ran). The listing, the thaw, the collection and the new line are one call into C; what
+        was new is held only weakly during the collection, so that it can collect it.
+        """
+        with self.lock:
+            if not self._drawn or self._thawed:
+                return _COLLECT(2), []
+            self._thawed = True
+            try:
+                items = _in_one_call(
+                    itertools.chain(
+                        _listing(classes, (0, 1, 2), weak=True),
+                        (_MARKER,),
+                        _call(_UNFREEZE),
+                        itertools.starmap(_COLLECT, ((2,),)),
+                        _listing(classes, (0, 1)),  # made during the collection: all young
+                        _call(_FREEZE),
+                    )
+                )
+            except BaseException:
+                _FREEZE()  # not in one call with the rest: an error's path
+                raise
+            finally:
+                self._thawed = False
+            self._blocks = sys.getallocatedblocks()
+            refs, rest = _split(items, _MARKER)
+            collected: int = rest[0]
+            return collected, [*_alive(refs), *rest[1:]]
+
+    def compaction_due(self) -> bool:
+        """Whether the heap grew by a quarter since it was last collected whole (or the line
+        was first drawn), going by the interpreter's count of allocated blocks.
+
+        The interpreter's own rule for its oldest generation, which it cannot apply to what the
+        line keeps frozen: collect it whole once a quarter more lives there.
+        """
+        return self._drawn and 4 * sys.getallocatedblocks() > 5 * self._blocks
+
+    def whole(self, pipeline: Iterable[Any]) -> list[Any]:
+        """``list(pipeline)`` in one call into C, over the whole heap: thawed for it if drawn."""
+        with self.lock:
+            if not self._drawn or self._thawed:
+                return _in_one_call(pipeline)
+            self._thawed = True
+            try:
+                items = _in_one_call(
+                    itertools.chain(
+                        _listing(self.new_classes(), (0, 1, 2), weak=True),
+                        (_MARKER,),
+                        _call(_UNFREEZE),
+                        pipeline,
+                        _call(_FREEZE),
+                    )
+                )
+            except BaseException:
+                _FREEZE()  # not in one call with the rest: an error's path
+                raise
+            finally:
+                self._thawed = False
+            refs, result = _split(items, _MARKER)
+            new = _alive(refs)
+            del refs
+            if new:
+                self.adopt(new)
+            return result
+
+    def _redraw(self) -> None:
+        """``gc.freeze()`` or ``gc.unfreeze()`` called by other code while the line is drawn."""
+        with self.lock:
+            new = self.draw(self.new_classes())
+            if new:
+                self.adopt(new)
+
+    def _collect(self) -> int:
+        """``gc.collect()`` called by other code while the line is drawn: the whole heap."""
+        with self.lock:
+            collected, new = self.collect_whole(self.new_classes())
+            if new:
+                self.adopt(new)
+            return collected
 
 
-def _thaw(holder: OlderObjectsFrozen | None) -> bool:
-    with OlderObjectsFrozen._lock:
-        if OlderObjectsFrozen._holder is None or holder not in (None, OlderObjectsFrozen._holder):
-            return False
-        OlderObjectsFrozen._holder = None
-        if getattr(gc.get_objects, "__wrapped__", None) is _GET_OBJECTS:
-            gc.get_objects = _GET_OBJECTS
-        if getattr(gc.get_referrers, "__wrapped__", None) is _GET_REFERRERS:
-            gc.get_referrers = _GET_REFERRERS
-        gc.unfreeze()
-        return True
+def _ignore(_: list[object]) -> None:
+    pass
 
 
-def _thawing(function: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
-    @functools.wraps(function)
-    def thawed_first(*args: Any, **kwargs: Any) -> list[Any]:
-        _thaw(None)
-        return function(*args, **kwargs)
+def _alive(refs: list[Any]) -> list[object]:
+    """The objects of the weak references ``refs`` that are still alive."""
+    return [obj for ref in refs if (obj := ref()) is not None]
 
-    return thawed_first
+
+def _replace_gc_functions(boundary: Boundary) -> None:
+    """While the line is drawn, other code's heap listings and collections see the whole heap."""
+
+    def get_objects(generation: int | None = None) -> list[object]:
+        if generation is not None and generation not in (0, 1, 2):
+            return _GET_OBJECTS(generation)  # the interpreter's own error
+        return boundary.whole(itertools.starmap(_GET_OBJECTS, ((generation,),)))[0]  # type: ignore[no-any-return]
+
+    def get_referrers(*objects: object) -> list[object]:
+        return boundary.whole(itertools.starmap(_GET_REFERRERS, (objects,)))[0]  # type: ignore[no-any-return]
+
+    def collect(generation: int = 2) -> int:
+        if generation != 2 or isinstance(generation, bool):
+            return _COLLECT(generation)  # the young generations, or the interpreter's own error
+        return boundary._collect()
+
+    def freeze() -> None:
+        boundary._redraw()
+
+    def unfreeze() -> None:
+        boundary._redraw()
+
+    for name, replacement, original in (
+        ("get_objects", get_objects, _GET_OBJECTS),
+        ("get_referrers", get_referrers, _GET_REFERRERS),
+        ("collect", collect, _COLLECT),
+        ("freeze", freeze, _FREEZE),
+        ("unfreeze", unfreeze, _UNFREEZE),
+    ):
+        functools.update_wrapper(replacement, original)
+        setattr(gc, name, replacement)
+
+
+def _restore_gc_functions() -> None:
+    """Put back each of ``gc``'s functions that is still our replacement (not someone else's)."""
+    for name, original in _GC_FUNCTIONS.items():
+        if getattr(getattr(gc, name), "__wrapped__", None) is original:
+            setattr(gc, name, original)
 
 
 _GET_OBJECTS = gc.get_objects
 _GET_REFERRERS = gc.get_referrers
+_COLLECT = gc.collect
+_FREEZE = gc.freeze
+_UNFREEZE = gc.unfreeze
+_GC_FUNCTIONS = {
+    "get_objects": _GET_OBJECTS,
+    "get_referrers": _GET_REFERRERS,
+    "collect": _COLLECT,
+    "freeze": _FREEZE,
+    "unfreeze": _UNFREEZE,
+}
+
+#: The process's one boundary (``gc.freeze`` is process-wide).
+BOUNDARY = Boundary()

@@ -40,7 +40,7 @@ from sys import getrefcount
 from typing import Any
 
 from pytest_eagersession.frames import drop_snapshots, running_locals, stack
-from pytest_eagersession.heap import OlderObjectsFrozen
+from pytest_eagersession.heap import whole_heap_visible
 from pytest_eagersession.unheld import unheld
 
 #: Module name prefixes whose state belongs to TensorFlow and Keras.
@@ -206,7 +206,7 @@ def _unheld(
     pending = [obj for obj in wanted if id(obj) in walker.pending]
     ours = {id(wanted), id(pending), *(id(path) for _, path in walker.chains.values())}
     try:
-        if also is not None and OlderObjectsFrozen.thaw_all():  # else no pass can be made
+        if also is not None and whole_heap_visible():  # else no pass can be made
             found.instances = []
             ours.add(id(found.instances))
         return unheld(

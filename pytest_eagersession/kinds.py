@@ -75,13 +75,14 @@ class Classifier:
         """``(object, kind)`` for each TensorFlow resource in the gc ``generations``."""
         kind_of = self.kind
         found = []
-        for obj in heap.instances(self._search_roots(), generations):
+        for obj in heap.instances(self.search_roots(), generations):
             kind = kind_of(obj)
             if kind is not None:
                 found.append((obj, kind))
         return found
 
-    def _search_roots(self) -> tuple[type, ...]:
+    def search_roots(self) -> tuple[type, ...]:
+        """The classes every TensorFlow resource is an instance of (imports TensorFlow's)."""
         if self._roots is None:
             self._roots = search_roots()
         return self._roots

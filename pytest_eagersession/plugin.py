@@ -33,6 +33,7 @@ from pytest_eagersession.settings import (
 )
 from pytest_eagersession.summary import LEAK_PROPERTY, PROPERTY, RunSummary
 from pytest_eagersession.support_range import python_warning
+from pytest_eagersession.tracking import TRACKER
 from pytest_eagersession.verdicts import (
     STATE_KEY,
     EagerSessionLeakWarning,
@@ -108,6 +109,9 @@ def pytest_configure(config: pytest.Config) -> None:
     for plugin, name in plugins:
         config.pluginmanager.register(plugin, name)
         config.add_cleanup(functools.partial(_unregister, config, plugin, name))
+    # Between tests nobody owns new objects; the line stays drawn all the same, so that no test
+    # pays for thawing the heap and for the whole collection the interpreter runs soon after.
+    config.add_cleanup(TRACKER.hold())
 
 
 def _unregister(config: pytest.Config, plugin: object, name: str) -> None:
@@ -166,7 +170,7 @@ class TestSessions:
             with contextlib.suppress(Exception, pytest.fail.Exception):
                 yield
             pytest.fail(message, pytrace=False)
-        session = options_for(policy).freeze_older_objects().build()
+        session = options_for(policy).build()
         item.stash[STATE_KEY] = ItemState(policy=policy, session=session)
         self._open = session
         session.activate()

@@ -13,17 +13,18 @@ import contextlib
 import dataclasses
 import sys
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, ClassVar
 
-from pytest_eagersession import heap, survivors
+from pytest_eagersession import survivors
 from pytest_eagersession._tf import callbacks as tf_callbacks
 from pytest_eagersession._tf import context as tf_context
 from pytest_eagersession._tf import resources as tf_resources
 from pytest_eagersession.activations import OPEN_SESSIONS, thread_activations
-from pytest_eagersession.cleaner import Cleaner
+from pytest_eagersession.cleaner import Cleaner, GarbageWatch
 from pytest_eagersession.errors import SessionClosedError
 from pytest_eagersession.kinds import tensorflow_ready
 from pytest_eagersession.operations import EagerOperationBuilder
@@ -37,12 +38,7 @@ from pytest_eagersession.references import (
 from pytest_eagersession.session_settings import SessionSettings, SessionStats
 from pytest_eagersession.strategies import DevicePlacementPolicy, ResourceCleanupStrategy
 from pytest_eagersession.survivors import AllowFilter, Survivor
-from pytest_eagersession.tracking import (
-    TRACKER,
-    CycleCollector,
-    Ownership,
-    make_op_callback,
-)
+from pytest_eagersession.tracking import TRACKER, Ownership, make_op_callback
 
 __all__ = [
     "EagerSession",
@@ -72,14 +68,23 @@ class SessionOptions:
         return self
 
     def freeze_older_objects(self, enabled: bool = True) -> SessionOptions:
-        """While active, keep older objects out of the collector's way (``gc.freeze``).
+        """Deprecated: every session keeps older objects frozen while active (since 0.2).
 
-        The survivor check at close then collects what the session made in milliseconds
-        instead of walking the whole heap. For short sessions such as one test's: objects older
-        than the session are not collected until it ends. Heap listings made meanwhile
-        (``gc.get_objects``, ``gc.get_referrers``) thaw the heap first and see all of it.
+        The freeze is now how a session tells what it made from what was there before (see
+        ``tracking``), so it cannot be turned off: ``enabled=False`` raises ``ValueError``.
         """
-        return self._set(freeze_older_objects=bool(enabled))
+        warnings.warn(
+            "freeze_older_objects() is deprecated: every session freezes older objects "
+            "while it is active",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if not enabled:
+            raise ValueError(
+                "freeze_older_objects(False): a session always freezes older objects while "
+                "active; it is how it tells its own objects from older ones"
+            )
+        return self
 
     def clear_kernel_cache(self, enabled: bool = True) -> SessionOptions:
         """Also clear TensorFlow's kernel cache at close (the next ops pay to rebuild kernels)."""
@@ -171,22 +176,17 @@ class EagerSession:
         self._close_done = threading.Event()
         self._is_default = False
         self._executor: Any = None
-        self._freezer = heap.OlderObjectsFrozen() if settings.freeze_older_objects else None
         self._ownership = Ownership()
-        self._collector = CycleCollector()
+        self._watch = GarbageWatch(self)
         self._survivors: tuple[Survivor, ...] | None = None
-        self._check = survivors.SurvivorCheck(
-            self._ownership,
-            settings.allow,
-            thaw=self._freezer.thaw if self._freezer is not None else None,
-        )
+        self._check = survivors.SurvivorCheck(self._ownership, settings.allow)
         if settings.config is not None:
             tf_context.apply_config(settings.config)
         if settings.is_async:
             self._executor = tf_context.new_executor(enable_async=True)
         self._cleaner: Cleaner | None = None
         if self._strategy is ResourceCleanupStrategy.IN_BACKGROUND:
-            self._cleaner = Cleaner(self, self._references, self._collector)
+            self._cleaner = Cleaner(self, self._references, self._watch)
         _OPEN_SESSIONS.add(self)
 
     # ----------------------------------------------------------------- construction
@@ -274,8 +274,8 @@ class EagerSession:
 
     def stats(self) -> SessionStats:
         """A snapshot of the session's counts."""
-        if TRACKER.is_active(self):
-            TRACKER.discover()  # count what was made since the last scan, not only what was seen
+        if TRACKER.is_innermost(self):
+            TRACKER.attribute()  # count what was made since the line, not only what was listed
         counts = self._references.counts()
         return SessionStats(
             registered=counts.registered,
@@ -285,7 +285,7 @@ class EagerSession:
             cleanup_runs=counts.cleanup_runs,
             cleanup_errors=counts.cleanup_errors,
             tracked=self._ownership.seq,
-            cycle_collections=self._collector.collections,
+            cycle_collections=self._watch.collections,
         )
 
     def __repr__(self) -> str:
@@ -315,17 +315,14 @@ class EagerSession:
         if self._closed:
             raise SessionClosedError()
 
-    def note_young_bytes(self, generation: int, nbytes: int) -> bool:
-        """A scan at the start of a ``generation`` collection found ``nbytes`` of new tensors.
+    def resume(self) -> None:
+        """It owns new objects again (a session activated inside it ended): watch afresh.
 
-        Under ``IN_BACKGROUND`` its cleaner paces the collector by them (``Cleaner.pace``); the
-        other strategies leave the pace alone (``ON_SAFE_POINTS`` counts the bytes at its safe
-        points). True to keep pacing: to scan at every collection. The tracker calls it.
+        The tracker calls it.
         """
-        if self._cleaner is None or self._closed:
-            TRACKER.pace(generation, 0)
-            return False
-        return self._cleaner.pace(generation, nbytes)
+        self._watch.restart()
+        if self._cleaner is not None:
+            self._cleaner.wake()
 
     # ----------------------------------------------------------------- TensorFlow scope
 
@@ -382,12 +379,14 @@ class EagerSession:
         if self._cleaner is not None:
             self._cleaner.request_stop()  # first: however close ends, the cleaner stops
         _OPEN_SESSIONS.discard(self)
-        self._deactivate_everywhere()
-        if self._cleaner is not None:
-            self._cleaner.join()
         failures: list[str] = []
         async_error: Exception | None = None
         try:
+            # Its objects stay behind the line until its survivors are known: collecting them
+            # there costs what they are, not what the heap is. The line moves in ``finally``.
+            self._deactivate_everywhere(settle=False)
+            if self._cleaner is not None:
+                self._cleaner.join()
             if self._executor is not None:
                 try:
                     self._executor.wait()
@@ -410,8 +409,7 @@ class EagerSession:
             else:
                 self._survivors = ()
         finally:
-            if self._freezer is not None:
-                self._freezer.thaw()
+            TRACKER.settle()
             self._ownership.clear()
             self._check.clear()
         report_failures(failures)
@@ -442,20 +440,24 @@ class EagerSession:
                             self,
                             safe_points=self._strategy is ResourceCleanupStrategy.ON_SAFE_POINTS,
                             track_creation=track_creation,
-                            collector=self._collector,
+                            note_bytes=(
+                                self._watch.note
+                                if self._strategy is ResourceCleanupStrategy.ON_SAFE_POINTS
+                                else None
+                            ),
                         )
                     )
                 )
         TRACKER.push(self)
-        if self._freezer is not None:
-            self._freezer.freeze()
         thread_activations().append((self, stack))
-        if self._cleaner is not None:
-            self._cleaner.wake()  # watch memory from now on
+        self.resume()  # watch what it makes from now on
         return self
 
     def deactivate(self) -> None:
         """Undo the matching ``activate()`` of this thread (innermost first)."""
+        self._deactivate(settle=True)
+
+    def _deactivate(self, *, settle: bool) -> None:
         activations = thread_activations()
         if not activations or activations[-1][0] is not self:
             raise RuntimeError(
@@ -464,10 +466,8 @@ class EagerSession:
             )
         _, stack = activations.pop()
         try:
-            TRACKER.pop(self)
+            TRACKER.pop(self, settle=settle)
         finally:
-            if self._freezer is not None:
-                self._freezer.thaw()
             stack.close()
 
     @property
@@ -475,16 +475,16 @@ class EagerSession:
         """Whether the session is active in some thread."""
         return TRACKER.is_active(self)
 
-    def _deactivate_everywhere(self) -> None:
+    def _deactivate_everywhere(self, *, settle: bool) -> None:
         activations = thread_activations()
         while any(session is self for session, _ in activations):
             session, stack = activations.pop()
             try:
-                TRACKER.pop(session)
+                TRACKER.pop(session, settle=settle)
             finally:
                 stack.close()
         while TRACKER.is_active(self):  # active in other threads: stop owning for each
-            TRACKER.pop(self)
+            TRACKER.pop(self, settle=settle)
 
     def __enter__(self) -> EagerSession:
         return self.activate()
@@ -497,11 +497,17 @@ class EagerSession:
     ) -> None:
         if self._closed:
             return
-        try:
+        if self._is_default:
             self.deactivate()
+            return
+        try:
+            # The line stays until the close has collected what the block made, there alone.
+            self._deactivate(settle=False)
         finally:
-            if not self._is_default:
+            try:
                 self._close_after_block(exc)
+            finally:
+                TRACKER.settle()
 
     def _close_after_block(self, exc: BaseException | None) -> None:
         """Close at the end of a ``with`` block; an error of the block itself stays the one seen."""
@@ -518,8 +524,8 @@ class EagerSession:
 
     def checkpoint(self) -> int:
         """A mark for ``survivors(since=...)``: what is created after it is newer."""
-        if TRACKER.is_active(self):
-            TRACKER.discover()
+        if TRACKER.is_innermost(self):
+            TRACKER.attribute()
         return self._ownership.seq
 
     def survivors(self, since: int = 0) -> tuple[Survivor, ...]:
@@ -549,8 +555,8 @@ class EagerSession:
         return self._check.released
 
     def _find_survivors(self, since: int, *, release: bool = False) -> list[Survivor]:
-        if TRACKER.is_active(self):
-            TRACKER.discover()
+        if TRACKER.is_innermost(self):
+            TRACKER.attribute()
         return self._check.find(since, release=release)
 
 

@@ -29,8 +29,6 @@ class SessionSettings:
     """Destroy the resource handles of survivors at close."""
     clear_kernel_cache: bool = False
     """Also clear TensorFlow's kernel cache at close."""
-    freeze_older_objects: bool = False
-    """While active, keep older objects out of the collector's way."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ tensor-pinning caches, op callbacks) lives in ``_tf``; its names stay importable
 from __future__ import annotations
 
 import dataclasses
-import gc
 import itertools
 import re
 import sys
@@ -26,7 +25,7 @@ from pytest_eagersession._tf.resources import fresh_default_graph
 from pytest_eagersession._tf.state import global_random_generator
 from pytest_eagersession._tf.state import singleton_ids as tensorflow_singletons
 from pytest_eagersession.kinds import TENSOR, Description, describe, owned_handle
-from pytest_eagersession.tracking import Ownership
+from pytest_eagersession.tracking import TRACKER, Ownership
 
 __all__ = [  # the TensorFlow-side housekeeping lives in _tf; kept importable from here
     "AllowFilter",
@@ -125,28 +124,24 @@ def find(
     is_detached: Callable[[object], bool],
     allow: AllowPredicate | None,
     generator_before: weakref.ref[Any] | None = None,
-    thaw: Callable[[], bool] | None = None,
     retention: Retention | None = None,
 ) -> list[Survivor]:
     """The survivors among ``ownership``'s records; collects garbage only when some are alive.
 
     ``generator_before`` is TensorFlow's global random generator when the session began: one
     that replaced it since (``tf.random.set_global_generator``) is a survivor, not a singleton.
-    ``thaw`` undoes a freeze of the older objects (``heap.OlderObjectsFrozen``): the first
-    collection then walks the session's objects alone, and only if some of them outlive it is
-    the heap thawed and collected whole (an old cycle may be what keeps them). A survivor that
+    The first collection walks what was made since the tracker's line alone (a session that
+    closes keeps its objects there until this check ends); only if some of them outlive it is
+    the heap collected whole (an old cycle may be what keeps them). A survivor that
     ``retention`` says TensorFlow keeps is marked so.
     """
     alive = ownership.alive(since)
     try:
         if not alive:
-            if thaw is not None:
-                thaw()
             return []
         alive = []  # hold nothing while the collector runs
-        gc.collect()
-        if thaw is not None and thaw() and ownership.alive(since):
-            gc.collect()
+        if not TRACKER.collect_new() or ownership.alive(since):
+            TRACKER.collect_whole()
         alive = ownership.alive(since)
         if not alive:
             return []
@@ -188,11 +183,9 @@ class SurvivorCheck:
         self,
         ownership: Ownership,
         allow: AllowPredicate | None,
-        thaw: Callable[[], bool] | None = None,
     ) -> None:
         self._ownership = ownership
         self._allow = allow
-        self._thaw = thaw
         self._detached: dict[int, weakref.ref[Any]] = {}
         self._generator_before: weakref.ref[Any] | None = None
         self._retention_mark: RetentionMark | None = None
@@ -232,7 +225,6 @@ class SurvivorCheck:
             self.is_detached,
             self._allow,
             generator_before=self._generator_before,
-            thaw=self._thaw,
             retention=retention,
         )
 

@@ -1,32 +1,26 @@
-"""Finding the TensorFlow objects a session owns, without slowing TensorFlow's fast path down.
+"""Which session owns each TensorFlow object: the one that was innermost when it was made.
 
 TensorFlow offers no cheap hook on tensor creation (an op callback, even an empty one, takes every
-op off the fast path). But every EagerTensor, variable and iterator is a gc-tracked Python object,
-born in the young gc generations. The tracker scans them just before the collector promotes
-them to the oldest (a ``gc.callbacks`` hook; at every collection while pacing, see ``Tracker``),
-when a session is activated and when it is deactivated: each new object is seen while it is
-young, and attributed to the innermost active session. Objects older than a session were
-promoted before it began, so they are never its own. The scan is weak: a record holds a weak
-reference and a kind, nothing else; the heap listing itself never outlives one call into C (see
-``heap``).
+op off the fast path). The line between sessions is drawn in the collector instead
+(``heap.BOUNDARY``): when a session begins, the objects made before are frozen (``gc.freeze()``),
+so that the collector's generations hold exactly what is made while it is the innermost session,
+whatever collections run meanwhile, in whichever thread, at whatever thresholds. When it ends,
+or another begins inside it, what is there is listed in one call into C and each TensorFlow
+object (EagerTensors, variables, iterators, tables, tf.functions: all gc-tracked) becomes the
+session's; the line is drawn again. A record holds a weak reference and a kind, nothing else.
 """
 
 from __future__ import annotations
 
-import gc
 import sys
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from pytest_eagersession.frames import stack
-from pytest_eagersession.kinds import TENSOR, Classifier, tensor_nbytes, tensorflow_ready
-
-#: Scans in a row that find few new tensor bytes before the collector's pace is left alone.
-QUIET_SCANS = 4
-#: Tracked bytes the young generations may grow by before cyclic garbage is collected.
-CYCLE_BYTES_THRESHOLD = 8 * 1024 * 1024
+from pytest_eagersession.heap import BOUNDARY, instances, of_types
+from pytest_eagersession.kinds import Classifier, tensor_nbytes, tensorflow_ready
 
 _PACKAGE_DIR = __file__.rsplit("/", 1)[0]
 _INTERNAL_PATH_PARTS = (
@@ -67,20 +61,11 @@ class Ownership:
         return self._seq
 
     def add(self, obj: object, kind: str) -> None:
-        """Record ``obj`` once (a second scan of the same young object is ignored)."""
-        key = id(obj)
-        with self._lock:
-            record = self._records.get(key)
-            if record is not None and record.ref() is obj:
-                return
-            self._seq += 1
-            self._records[key] = _Record(weakref.ref(obj), kind, self._seq)
-            if len(self._records) > self._prune_above:
-                self._prune()
+        """Record ``obj`` once (a second listing of the same object is ignored)."""
+        self.add_all([(obj, kind)])
 
-    def add_all(self, found: list[tuple[object, str]]) -> int:
-        """Record each ``(object, kind)``; return the bytes of the tensors new to the records."""
-        nbytes = 0
+    def add_all(self, found: Iterable[tuple[object, str]]) -> None:
+        """Record each ``(object, kind)``, in order, unless it is recorded already."""
         with self._lock:
             records = self._records
             for obj, kind in found:
@@ -90,11 +75,13 @@ class Ownership:
                     continue
                 self._seq += 1
                 records[key] = _Record(weakref.ref(obj), kind, self._seq)
-                if kind == TENSOR:
-                    nbytes += tensor_nbytes(obj)
             if len(records) > self._prune_above:
                 self._prune()
-        return nbytes
+
+    def owns(self, obj: object) -> bool:
+        """Whether ``obj`` is recorded here."""
+        record = self._records.get(id(obj))
+        return record is not None and record.ref() is obj
 
     def note_creation(self, obj: object, op: str, where: str | None) -> None:
         """Remember which op made ``obj`` and which line of user code ran it."""
@@ -137,18 +124,15 @@ class Ownership:
 
 
 class Owner(Protocol):
-    """What the tracker needs of a session that owns the objects made while it is active."""
+    """What the tracker needs of a session that owns the objects made while it is innermost."""
 
     @property
     def ownership(self) -> Ownership:
         """The weak records of the objects attributed to the owner."""
         ...
 
-    def note_young_bytes(self, generation: int, nbytes: int) -> bool:
-        """A scan at the start of a ``generation`` collection found ``nbytes`` of new tensors.
-
-        True to keep pacing: to scan at every collection.
-        """
+    def resume(self) -> None:
+        """The owner is the innermost again: a session that began inside it ended."""
         ...
 
     def safe_point(self) -> None:
@@ -156,261 +140,42 @@ class Owner(Protocol):
         ...
 
 
-class CycleCollector:
-    """Collects cyclic garbage as tracked tensor bytes grow, not on Python's allocation count.
-
-    A loop that keeps only the latest of many reference cycles holding big tensors allocates too
-    few Python objects to wake the collector, or lets the collector promote each cycle while it
-    is still alive, so that its garbage piles up in an older generation. ``note()`` counts the
-    bytes of new tensors; each time they pass the threshold a collection is due: of the young
-    generations, or of all of them every ``FULL_EVERY``-th time (what was promoted alive dies
-    in the oldest). ``collect()`` runs it, where a collection may run: never inside another
-    collection's callback.
-    """
-
-    FULL_EVERY = 3
-
-    def __init__(self, threshold: int = CYCLE_BYTES_THRESHOLD) -> None:
-        self.threshold = threshold
-        self._grown = 0
-        self._passed = 0
-        self._due = -1
-        self._collections = 0
-        self._lock = threading.Lock()
-
-    @property
-    def collections(self) -> int:
-        """How many collections the growth of tracked bytes triggered or brought forward."""
-        return self._collections
-
-    def note(self, nbytes: int) -> int | None:
-        """Count ``nbytes`` of new tensors; the generation now due (1 or 2), or None."""
-        with self._lock:
-            self._grown += nbytes
-            if self._grown < self.threshold:
-                return None
-            self._grown = 0
-            self._passed += 1
-            generation = 2 if self._passed % self.FULL_EVERY == 0 else 1
-            self._due = max(self._due, generation)
-            return generation
-
-    def collect_full(self) -> None:
-        """Collect every generation now (the background cleaner, on memory growth)."""
-        if not gc.isenabled():  # the code turned automatic collection off: leave it so
-            return
-        with self._lock:
-            self._collections += 1
-        gc.collect()
-
-    def collect_middle(self) -> None:
-        """Collect the young and middle generations now (the cleaner, when the code is idle)."""
-        if not gc.isenabled():  # the code turned automatic collection off: leave it so
-            return
-        with self._lock:
-            self._collections += 1
-        gc.collect(1)
-
-    def count_early(self) -> None:
-        """Count a collection of the interpreter's that pacing brought forward."""
-        with self._lock:
-            self._collections += 1
-
-    def collect(self) -> None:
-        """Run the collection that is due, if one is."""
-        with self._lock:
-            generation, self._due = self._due, -1
-            if generation < 0 or not gc.isenabled():  # automatic collection is off: stays off
-                return
-            self._collections += 1
-        gc.collect(generation)
-
-
-class CollectionPacer:
-    """Paces Python's automatic collections by the tensor bytes the young generation holds.
-
-    The tracker scans the youngest generation at the start of each collection, so it knows how
-    many tensor bytes (live or cyclic garbage) arrived since the last one. Where that is a lot,
-    the pacer lowers the youngest generation's threshold, so that the next collection comes
-    sooner, and asks for the middle generation once the bytes scanned into it pass the
-    threshold. The collections stay the interpreter's own, run by the thread that allocates:
-    nothing is collected from another thread. Where automatic collection is off (``gc.disable``
-    or a zero threshold) it stays off. Thresholds are restored as found when pacing ends,
-    unless someone else changed them meanwhile.
-    """
-
-    MIN_YOUNG_THRESHOLD = 10
-
-    def __init__(self, threshold: int = CYCLE_BYTES_THRESHOLD) -> None:
-        self.threshold = threshold
-        self._found: tuple[int, ...] = ()
-        self._set: tuple[int, ...] = ()
-        self._middle_bytes = 0
-        self._lock = threading.RLock()
-
-    def observe(self, generation: int, nbytes: int) -> bool:
-        """Adjust the thresholds after a scan that found ``nbytes`` of new tensors.
-
-        True when the collection that called the scan came early, by thresholds of ours.
-        """
-        with self._lock:
-            return self._observe(generation, nbytes)
-
-    def hurry(self) -> None:
-        """Make the next allocation start a collection: memory grew where no scan looked yet."""
-        with self._lock:
-            current = self._current()
-            if not gc.isenabled() or self._found[0] <= 0:
-                return
-            wanted = (1, *current[1:])
-            if wanted != current:
-                gc.set_threshold(*wanted)
-            self._set = wanted
-
-    def spare_older(self) -> None:
-        """Keep the collection after this one, of the youngest generation, from taking older ones.
-
-        Called where a collection of the youngest generation starts in a thread that may not
-        scan (a cleaner). Each such collection brings the middle generation's collection
-        nearer; if the next one, started in that thread too, took the middle or the oldest
-        generation, the young objects would be promoted unseen and never attributed. So their
-        thresholds are raised just past their counts; the next scan, in a thread that may scan,
-        puts them back (``observe``), and until then the collections that come are the young
-        generation's alone.
-        """
-        with self._lock:
-            current = self._current()
-            if not gc.isenabled() or current[0] <= 0:
-                return
-            young, middle, oldest, *rest = current
-            _, middle_count, oldest_count = gc.get_count()
-            # This collection adds one to the middle count; the next one takes the middle
-            # generation once that count passes its threshold (the oldest likewise).
-            middle = max(middle, middle_count + 2)
-            oldest = max(oldest, oldest_count + 1)
-            wanted = (young, middle, oldest, *rest)
-            if wanted != current:
-                gc.set_threshold(*wanted)
-            self._set = wanted
-
-    def _current(self) -> tuple[int, ...]:
-        current = gc.get_threshold()
-        if current != self._set:
-            self._found = current  # ours were replaced (or never set): these are the user's
-        return current
-
-    def _observe(self, generation: int, nbytes: int) -> bool:
-        current = self._current()
-        early = current != self._found
-        young, middle, *rest = self._found
-        if young <= 0:  # automatic collection is off: leave it so
-            return early
-        window = current[0] if current[0] > 0 else young
-        if nbytes:  # as many allocations as bring half the threshold, going by this window's
-            paced = self.threshold // 2 * window // nbytes
-            young = max(self.MIN_YOUNG_THRESHOLD, min(young, paced))
-        if generation == 0:
-            self._middle_bytes += nbytes
-        else:
-            self._middle_bytes = 0
-        if self._middle_bytes >= self.threshold:
-            middle = 0  # the next collection takes the middle generation too
-        wanted = (young, middle, *rest)
-        if wanted != current:
-            gc.set_threshold(*wanted)
-        self._set = wanted
-        return early
-
-    def restore(self) -> None:
-        """Give the collector back the thresholds found, unless someone changed ours."""
-        with self._lock:
-            if self._set and gc.get_threshold() == self._set:
-                gc.set_threshold(*self._found)
-            self._set = self._found = ()
-            self._middle_bytes = 0
-
-
 class Tracker:
-    """The process-wide discovery engine; sessions register while they are active.
+    """The process-wide stack of sessions, and the line drawn at each change of its top.
 
-    A ``gc.callbacks`` hook scans the young generations at the start of each collection of the
-    middle one: what is there is about to be promoted to the oldest, so each object that lives
-    to see such a collection is seen while young. While the owner's tensors come in bytes that
-    matter (pacing), the youngest generation is scanned at every collection instead, so that
-    the collector's pace can follow them; otherwise the scan costs what it would per op, about
-    1%. Scans run only in threads that are not a session's cleaner: a collection that starts in
-    a cleaner thread is let go, and the next scan looks at the middle generation too.
+    The innermost session owns what is made: the latest activated (in any thread), else the
+    default session. Its objects are the ones the collector's generations hold
+    (``heap.BOUNDARY``), listed when the line moves: when a session is activated inside it,
+    when it is deactivated, and when it asks (``attribute``: a checkpoint, the stats). An object
+    is given to one session only: a session that ends hands nothing it owns to the one below.
+
+    The line is drawn only once TensorFlow is imported (a session activated before owns
+    nothing). With nobody left to own new objects the heap is thawed again, unless the line is
+    held (``hold``, the plugin's, for its whole run): tests then pay neither the thaw nor the
+    whole collection that the interpreter would run soon after it, and what they leave frozen
+    is collected whole once a quarter more is frozen than was after the last such collection,
+    the interpreter's own rule for its oldest generation.
     """
 
     def __init__(self) -> None:
         self._classifier = Classifier()
         self._active: tuple[Owner, ...] = ()
         self._fallback: Owner | None = None
-        self._installed = False
-        self._lock = threading.RLock()
-        self._quiet_threads: set[int] = set()
-        self._young_seen = False  # every object in the middle generation was scanned
-        self._starts = 0  # collections started so far, in any thread
-        self._pacing = False
-        self._quiet_scans = 0
-        self._scanning = False
-        self._own_collection = False
-        self._pacer = CollectionPacer()
-        self._scans = 0
-        self._middle_collections = 0
+        self._ending: tuple[Ownership, ...] = ()  # ended on the boundary, not settled yet
+        self._holds = 0
+        self._lock = BOUNDARY.lock
+        BOUNDARY.new_classes = self._new_classes
+        BOUNDARY.adopt = self._adopt
 
     @property
     def classifier(self) -> Classifier:
         """The shared type-to-kind classifier."""
         return self._classifier
 
-    @property
-    def scans(self) -> int:
-        """How many scans of the young generations have run so far (a counter, never reset)."""
-        return self._scans
-
-    @property
-    def middle_collections(self) -> int:
-        """How many collections of the middle (or oldest) generation the code's threads started."""
-        return self._middle_collections
-
     def owner(self) -> Owner | None:
         """The session new objects belong to: the latest activated, else the default one."""
         active = self._active
         return active[-1] if active else self._fallback
-
-    def push(self, session: Owner) -> None:
-        """Make ``session`` the owner of objects created from now on."""
-        if tensorflow_ready():
-            # Attribute what is young now to the outer owner (if a session is active, else to
-            # nobody) and promote it: none of it is the new session's.
-            self.discover()
-            self._collect_young()
-        with self._lock:
-            self._active = (*self._active, session)
-            self._install()
-
-    def pop(self, session: Owner) -> None:
-        """Attribute the young objects to their owner, then stop owning for ``session``."""
-        self.discover()
-        if tensorflow_ready():
-            # Promote them too: still young, they would be the next owner's at its next scan,
-            # and an outer session would own what an inner one made.
-            self._collect_young()
-        with self._lock:
-            active = list(self._active)
-            for index in range(len(active) - 1, -1, -1):
-                if active[index] is session:
-                    del active[index]
-                    break
-            self._active = tuple(active)
-            self._update_installation()
-
-    def set_fallback(self, session: Owner | None) -> None:
-        """The default session owns what is made while no session is active."""
-        with self._lock:
-            self._fallback = session
-            self._update_installation()
 
     def is_active(self, session: Owner) -> bool:
         """Whether ``session`` is on the stack of active sessions (any thread)."""
@@ -420,128 +185,141 @@ class Tracker:
         """Whether ``session`` is the owner of new objects right now."""
         return self.owner() is session
 
-    def quiet_thread(self, ident: int, quiet: bool = True) -> None:
-        """Never scan from thread ``ident`` (a cleaner: background threads never list the heap)."""
+    def push(self, session: Owner) -> None:
+        """Make ``session`` the owner of what is made from now on."""
         with self._lock:
-            if quiet:
-                self._quiet_threads.add(ident)
-            else:
-                self._quiet_threads.discard(ident)
+            if tensorflow_ready():
+                previous = self.owner()
+                self._give(previous, BOUNDARY.draw(self._new_classes()))
+            self._active = (*self._active, session)
 
-    def in_quiet_thread(self) -> bool:
-        """Whether the calling thread must not list the heap."""
-        return threading.get_ident() in self._quiet_threads
+    def pop(self, session: Owner, *, settle: bool = True) -> None:
+        """Give ``session`` what was made while it was innermost, and stop owning for it.
 
-    def discover(self, generation: int | None = None) -> None:
-        """Scan the young generation and give each new TensorFlow object to its owner.
-
-        ``generation`` is that of the automatic collection about to start, if one is: the
-        owner then paces the next ones by the tensor bytes found.
+        With ``settle=False`` the line stays where it was until ``settle()``: a session that
+        closes collects its own objects there first, cheaply, and the owner below it takes only
+        what is made from now on.
         """
-        owner: Owner | None = self.owner()
-        if owner is None or not tensorflow_ready():
-            return
-        if self._scanning or self.in_quiet_thread():
-            self._young_seen = False  # what this collection promotes was not seen
-            return
-        # Until the listing is made, no collection may start: one started by the scan's own
-        # allocations would move young objects on unseen, a tensor made just now included.
-        # (``gc.isenabled`` and ``gc.disable`` allocate nothing the collector tracks.)
-        paused = gc.isenabled()
-        if paused:
-            gc.disable()
-        starts = self._starts
-        self._scanning = True  # a collection the scan itself starts must not scan again
-        try:
+        with self._lock:
+            innermost = self.owner() is session and self.is_active(session)
+            if innermost:
+                self._give(session, self._listed())
+            active = list(self._active)
+            for index in range(len(active) - 1, -1, -1):
+                if active[index] is session:
+                    del active[index]
+                    break
+            self._active = tuple(active)
+            if innermost:
+                self._ending = (*self._ending, session.ownership)
+                if settle:
+                    self.settle()
+
+    def settle(self) -> None:
+        """Draw the line for the owner now innermost (or thaw, with no owner and no hold)."""
+        with self._lock:
+            if not self._ending:
+                return
+            owner = self.owner()
             try:
-                found = self._classifier.find((0,) if self._young_seen else (0, 1))
+                if not BOUNDARY.drawn:
+                    pass
+                elif owner is None and not self._holds:
+                    BOUNDARY.erase()
+                elif BOUNDARY.compaction_due():
+                    self._give(owner, BOUNDARY.collect_whole(self._new_classes())[1])
+                else:
+                    self._give(owner, BOUNDARY.draw(self._new_classes()))
             finally:
-                if paused:
-                    gc.enable()
-            nbytes = owner.ownership.add_all(found)
-            del found
-        finally:
-            self._scanning = False
-        # A collection that started since (recording can start one, as can another thread)
-        # moved young objects on unseen: the next scan looks at the middle generation too.
-        self._young_seen = self._starts == starts
-        self._scans += 1
-        if generation is not None:
-            # Pacing stops after a few scans in a row found little: one right after another
-            # collection finds little by itself.
-            if owner.note_young_bytes(generation, nbytes):
-                self._pacing, self._quiet_scans = True, 0
-            else:
-                self._quiet_scans += 1
-                self._pacing = self._pacing and self._quiet_scans < QUIET_SCANS
+                self._ending = ()
+        if owner is not None:
+            owner.resume()
 
-    def pace(self, generation: int, nbytes: int) -> bool:
-        """Let the pacer adjust the collector's thresholds after a scan; True if it came early."""
-        return self._pacer.observe(generation, nbytes)
+    def set_fallback(self, session: Owner | None) -> None:
+        """The default session owns what is made while no session is active."""
+        with self._lock:
+            self._fallback = session
+            if self._active:
+                return
+            if session is not None and tensorflow_ready():
+                BOUNDARY.draw()  # what is there now is older than the default session
+            elif session is None and not self._holds:
+                BOUNDARY.erase()
 
-    def hurry(self) -> None:
-        """Have the next allocation start a collection (and so a scan), from any thread."""
-        self._pacing = True
-        self._pacer.hurry()
+    def hold(self) -> Callable[[], None]:
+        """Keep the line drawn between sessions; returns the call that lets it go."""
+        with self._lock:
+            self._holds += 1
+        released = threading.Event()
 
-    def _collect_young(self) -> None:
-        """Scan for the current owner, then move both young generations to the oldest.
+        def release() -> None:
+            if released.is_set():
+                return
+            released.set()
+            with self._lock:
+                self._holds -= 1
+                if not self._holds and self.owner() is None and BOUNDARY.drawn:
+                    BOUNDARY.erase()
 
-        Both: an object left in the middle generation (say, one made between two sessions,
-        when nobody owns what is made) would be the next session's at its first scan of it.
-        """
-        self._own_collection = True
-        try:
-            gc.collect(1)
-        finally:
-            self._own_collection = False
-        self._young_seen = True  # nothing is young now
+        return release
 
-    def _on_collection(self, phase: str, info: dict[str, int]) -> None:
-        if phase != "start":
+    def attribute(self) -> None:
+        """Give the innermost session what was made since the line was drawn (kept drawn)."""
+        with self._lock:
+            self._give(self.owner(), self._listed())
+
+    def new_objects(self, session: Owner, types: frozenset[type]) -> list[object] | None:
+        """The objects of exactly ``types`` made since the line (garbage included), listed in
+        one call into C; None unless ``session`` owns new objects now, behind a line."""
+        with self._lock:
+            if not (BOUNDARY.drawn and self.owner() is session and tensorflow_ready()):
+                return None
+            return of_types(types, (0, 1, 2))
+
+    def collect_new(self, session: Owner | None = None) -> bool:
+        """Collect what was made since the line, alone: False where no line is drawn, or where
+        ``session`` (when given) does not own new objects now."""
+        with self._lock:
+            if session is not None and self.owner() is not session:
+                return False
+            return BOUNDARY.collect_new()
+
+    def collect_whole(self) -> None:
+        """Collect the whole heap; the line stays where it is."""
+        with self._lock:
+            self._give(self.owner(), BOUNDARY.collect_whole(self._new_classes())[1])
+
+    def _new_classes(self) -> tuple[type, ...]:
+        """What to list when the line moves: nothing without an owner, or before TensorFlow."""
+        if self.owner() is None or not tensorflow_ready():
+            return ()
+        return self._classifier.search_roots()
+
+    def _listed(self) -> list[object]:
+        if not BOUNDARY.drawn:
+            return []
+        return instances(self._new_classes(), (0, 1, 2))
+
+    def _adopt(self, objects: list[object]) -> None:
+        """What other code's thawing call found made since the line: the innermost's."""
+        with self._lock:
+            self._give(self.owner(), objects)
+
+    def _give(self, owner: Owner | None, objects: list[object]) -> None:
+        if owner is None or not objects:
             return
-        self._starts += 1
-        generation = info["generation"]
-        if generation >= 1 and not self.in_quiet_thread():
-            self._middle_collections += 1
-        if generation == 0 and self.in_quiet_thread():
-            self._young_seen = False
-            self._pacer.spare_older()
-            return
-        if generation >= 1 or self._pacing or self._own_collection:
-            self.discover(None if self._own_collection else generation)
-        elif self._quiet_threads and _older_generation_next():
-            # The next collection promotes the young objects, and a cleaner may be the thread
-            # that starts it: look at them now, and have this thread's next allocation start it.
-            self.discover(generation)
-            self.hurry()
-        else:
-            self._young_seen = False  # unscanned young objects move to the middle generation
-
-    def _install(self) -> None:
-        if not self._installed:
-            gc.callbacks.append(self._on_collection)
-            self._installed = True
-
-    def _update_installation(self) -> None:
-        if self._active or self._fallback is not None:
-            self._install()
-        elif self._installed:
-            gc.callbacks.remove(self._on_collection)
-            self._installed = False
-        if not self._active:
-            self._pacing = False
-            self._pacer.restore()
+        kind_of = self._classifier.kind
+        ending = self._ending
+        found = []
+        for obj in objects:
+            kind = kind_of(obj)
+            if kind is not None and not any(ended.owns(obj) for ended in ending):
+                found.append((obj, kind))
+        objects.clear()
+        owner.ownership.add_all(found)
 
 
 #: The process-wide tracker; its owners are ``EagerSession`` objects.
-def _older_generation_next() -> bool:
-    """At the start of a young collection: whether the next one takes an older generation."""
-    _, middle_count, oldest_count = gc.get_count()
-    _, middle, oldest = gc.get_threshold()
-    return 0 < middle < middle_count + 1 or 0 < oldest < oldest_count
-
-
 TRACKER = Tracker()
 
 
@@ -557,9 +335,16 @@ def user_code_location() -> str | None:
 
 
 def make_op_callback(
-    session: Owner, *, safe_points: bool, track_creation: bool, collector: CycleCollector
+    session: Owner,
+    *,
+    safe_points: bool,
+    track_creation: bool,
+    note_bytes: Callable[[int], None] | None = None,
 ) -> Callable[..., None]:
-    """The op callback an active session installs: safe points, byte counting, creation sites."""
+    """The op callback an active session installs: safe points, creation sites, output bytes.
+
+    ``note_bytes`` is given the bytes of each op's outputs (``ON_SAFE_POINTS``'s cycle watch).
+    """
 
     def on_op(
         op_type: str,
@@ -584,7 +369,7 @@ def make_op_callback(
             op = op_type.decode() if isinstance(op_type, bytes) else str(op_type)
             for output in outputs:
                 ownership.note_creation(output, op, where)
-        if safe_points and collector.note(sum(map(tensor_nbytes, outputs))) is not None:
-            collector.collect()
+        if note_bytes is not None:
+            note_bytes(sum(map(tensor_nbytes, outputs)))
 
     return on_op

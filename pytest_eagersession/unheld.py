@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_eagersession.frames import drop_snapshots, running_locals, stack
-from pytest_eagersession.heap import OlderObjectsFrozen, family, only_instances, referrers
+from pytest_eagersession.heap import family, only_instances, referrers, whole_heap_visible
 
 #: Objects a proof may gather, per object proved, before it gives up.
 MAX_SET = 256
@@ -63,7 +63,7 @@ def unheld(
     into ``instances`` too (they refer to their class), for what the caller would otherwise
     spend another pass on.
     """
-    if not wanted or not OlderObjectsFrozen.thaw_all():
+    if not wanted or not whole_heap_visible():
         return set()
     proofs = {id(obj): _Proof({id(obj)}, {id(obj): obj}) for obj in wanted}
     frames: list[types.FrameType] = []

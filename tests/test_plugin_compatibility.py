@@ -250,36 +250,19 @@ def test_heap_listings_see_objects_older_than_the_test(pytester: pytest.Pytester
     result.stdout.no_fnmatch_line("*leaked*")
 
 
-def test_a_freezing_session_freezes_while_active_and_thaws_at_close() -> None:
-    import gc
-
-    import tensorflow as tf
-
+def test_the_freeze_option_is_deprecated_and_cannot_be_turned_off() -> None:
+    # Every session draws its line with gc.freeze() now (test_boundary.py): the old opt-in
+    # still builds, with a warning, and asking for no freeze says why it cannot be had.
     from pytest_eagersession import EagerSession
 
-    gc.get_objects()  # thaws the freeze of this test's own session, if the plugin made one
-    listing = gc.get_objects
-    if gc.get_freeze_count():
-        pytest.skip("this interpreter starts with frozen objects (Python 3.12): no freeze of ours")
-    session = EagerSession.options().freeze_older_objects().build()
-    session.activate()
-    try:
-        assert gc.get_freeze_count() > 0
-        kept = tf.ones((4,))
-        assert gc.get_objects is not listing  # wrapped: a listing thaws first
-    finally:
-        survivors = session.close()
-    assert gc.get_freeze_count() == 0
-    assert gc.get_objects is listing
-    assert [s.kind for s in survivors] == ["tensor"]  # found through the thawed, full collection
-    del kept
-
-    session = EagerSession.options().freeze_older_objects().build()
-    with session:
-        assert gc.get_freeze_count() > 0
-        assert len(gc.get_objects()) > 0
-        assert gc.get_freeze_count() == 0  # the listing thawed the heap
-        assert gc.get_objects is listing
+    with pytest.warns(DeprecationWarning, match="every session freezes older objects"):
+        options = EagerSession.options().freeze_older_objects()
+    options.build().close()
+    with (
+        pytest.warns(DeprecationWarning, match="deprecated"),
+        pytest.raises(ValueError, match="how it tells its own objects from older ones"),
+    ):
+        EagerSession.options().freeze_older_objects(False)
 
 
 RETENTION_SUITE = """

@@ -1,7 +1,7 @@
 """Tracking: what a session owns, what each cleanup strategy does, and which objects survive it.
 
 Every object here is made by ordinary TensorFlow code inside an active session; the session finds
-it by scanning the young gc generations, never through a wrapper.
+it behind the line the tracker draws in the collector (``gc.freeze()``), never through a wrapper.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from support import IN_BACKGROUND, ON_SAFE_POINTS, ON_SESSION_CLOSE, return_free_memory
+from support import IN_BACKGROUND, ON_SAFE_POINTS, ON_SESSION_CLOSE
 from support import wait_until as wait_for
 
 from pytest_eagersession import EagerSession, NativeReference, ResourceCleanupStrategy, cleaner
+from pytest_eagersession.cleaner import CYCLE_BYTES_THRESHOLD, GarbageWatch
 from pytest_eagersession.survivors import Survivor
-from pytest_eagersession.tracking import CYCLE_BYTES_THRESHOLD
+from pytest_eagersession.tracking import TRACKER
 
 tf = pytest.importorskip("tensorflow")
 
@@ -381,31 +382,16 @@ def automatic_gc_held_off() -> Iterator[None]:
 @pytest.mark.parametrize("strategy", list(ResourceCleanupStrategy))
 def test_cycles_holding_tensors_are_collected_as_tracked_bytes_grow(make_session, strategy) -> None:
     # Eight 4 MiB cycles and a handful of Python objects: far too few allocations for the
-    # interpreter's own threshold (700) to start a collection.
+    # interpreter's own threshold (700) to start a collection, which is held off besides: what
+    # frees the garbage early must be the session's watch.
     session = make_session(strategy, track_creation=False)
     tensor_bytes, count = 4 * MIB, 8
-    gc.collect()
-    # The background cleaner acts on resident memory's growth. Space that earlier tests freed
-    # would be reused without growing it (the process then stays within its peak, and the
-    # garbage waits for the next growth): return it, so that these 32 MiB show.
-    if strategy is IN_BACKGROUND and not return_free_memory():
-        pytest.skip("needs glibc's malloc_trim to make the test's allocations grow memory")
-    before = cleaner._RESIDENT.read() or 0
-    # ON_SESSION_CLOSE: what frees the garbage early would be the interpreter's collection,
-    # started by an allocation in any thread (xdist's I/O thread too), not the session's.
-    held_off = automatic_gc_held_off() if strategy is ON_SESSION_CLOSE else contextlib.nullcontext()
-    with held_off, session:
+    with automatic_gc_held_off(), session:
         first = None
         for i in range(count):
             node = Cyclic(tf.fill([1024, 1024], float(i)))  # 4 MiB of float32
             first = first or weakref.ref(node)
             del node
-        grown = (cleaner._RESIDENT.read() or 0) - before
-        if strategy is IN_BACKGROUND and grown < CYCLE_BYTES_THRESHOLD:
-            # TensorFlow's allocator reused memory that earlier tests freed (and that
-            # malloc_trim does not return): nothing shows the cleaner the growth it acts on.
-            session.close()
-            pytest.skip(f"the process's resident memory grew by {grown // MIB} MiB only")
         if strategy is IN_BACKGROUND:
             assert wait_until(lambda: first() is None)
         else:
@@ -417,17 +403,18 @@ def test_cycles_holding_tensors_are_collected_as_tracked_bytes_grow(make_session
         assert garbage_left  # nothing collected it before close
     else:
         assert not garbage_left
-        if strategy is ON_SAFE_POINTS:  # one collection per threshold's worth of op outputs
+        if strategy is ON_SAFE_POINTS:
+            # A look at every op (half a threshold of outputs); a collection once the bytes
+            # made since the last one pass the threshold: every other tensor, from the third.
             per_collection = -(-CYCLE_BYTES_THRESHOLD // tensor_bytes)
-            assert collections == count // per_collection
-        # IN_BACKGROUND: the cleaner's full collection may have freed them, or the interpreter's
-        # own one that the pacer brought forward (not counted); ON_SESSION_CLOSE shows that
-        # without either they stay.
+            assert collections == (count - 1) // per_collection
+        else:
+            assert collections >= 1
     assert session.close() == ()
     if strategy is IN_BACKGROUND:
-        # Until close stops it, the cleaner may still start a full collection on memory growth.
+        # Until close stops it, the cleaner may still collect.
         assert session.stats().cycle_collections >= collections
-    else:  # closing itself runs no cycle collection
+    else:  # closing itself is no collection of the watch's
         assert session.stats().cycle_collections == collections
 
 
@@ -875,93 +862,16 @@ def test_keras_global_seed_generator_is_not_a_leak(make_session, fresh_keras_see
     assert keras.random.uniform([2]).shape == (2,)  # its state variable still works
 
 
-class _Tracked:
-    """An object the collector tracks."""
-
-
-def test_collections_in_a_cleaner_thread_never_promote_unseen_objects(make_session) -> None:
-    """Collections started by a thread that may not scan (a cleaner) never lose an object.
-
-    Its collections of the young generation bring the older ones' nearer; were one of those to
-    start there while the tensor below is young and unseen, the tensor would be promoted to the
-    oldest generation unscanned, and never be the session's. (The tensor is made in that thread
-    so that no other thread's collection sees it first.)
-    """
-    from pytest_eagersession.tracking import TRACKER
-
-    session = make_session()
-    started: list[tuple[bool, int]] = []
-    box: list[Any] = []
-
-    def note(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            started.append((TRACKER.in_quiet_thread(), info["generation"]))
-
-    def allocate_in_a_quiet_thread() -> None:
-        TRACKER.quiet_thread(threading.get_ident())
-        try:
-            box.append(tf.ones((3,)))
-            gc.set_threshold(1, 2, 2)
-            for _ in range(2000):
-                _Tracked(), _Tracked()  # instances come from no free list: each is allocated
-        finally:
-            gc.set_threshold(*thresholds)
-            TRACKER.quiet_thread(threading.get_ident(), quiet=False)
-
-    thresholds = gc.get_threshold()
-    with session:
-        gc.callbacks.append(note)
-        try:
-            quiet = threading.Thread(target=allocate_in_a_quiet_thread)
-            quiet.start()
-            quiet.join()
-        finally:
-            gc.callbacks.remove(note)
-            gc.set_threshold(*thresholds)
-    in_quiet = [generation for quiet_thread, generation in started if quiet_thread]
-    assert len(in_quiet) > 10  # the thread did start collections
-    assert [row(s) for s in session.close()] == [
-        ("tensor", "EagerTensor", None, "float32", "[3]", 12)
-    ]
-    box.clear()
-
-
-def test_thresholds_restored_from_a_snapshot_taken_while_paced_go_back(make_session) -> None:
-    """Code that saves the thresholds while a session paces them, and puts them back later,
-    puts back ours: they still count as ours, and the next scan paces from the user's.
-
-    An inner session activated in between must not make the pacer forget them (the collector
-    would keep a young threshold of a few allocations for the rest of the process, and objects
-    promoted between scans would go unattributed).
-    """
-    from pytest_eagersession.tracking import TRACKER
-
-    outer = make_session(IN_BACKGROUND, track_creation=False)
-    inner = make_session(ON_SESSION_CLOSE, track_creation=False)
-    found = gc.get_threshold()
-    with outer:
-        # What a scan that found 100 MiB of new tensors has the outer session's cleaner do.
-        TRACKER.pace(0, 100 * MIB)
-        snapshot = gc.get_threshold()
-        assert snapshot[0] < found[0]
-        with inner:
-            pass
-        gc.set_threshold(*snapshot)
-        TRACKER.pace(1, 0)  # a scan at a collection of the middle generation found nothing
-        assert gc.get_threshold() == found
+# ---------------------------------------------------------------- attribution, whatever collects
 
 
 @pytest.mark.parametrize("young", [1, 2, 3, 4, 5, 7, 10, 28, 50, 700])
 def test_a_tensor_is_attributed_whatever_the_young_threshold(make_session, young) -> None:
-    """A collection that the scan's own allocations start must not move a new tensor on unseen.
-
-    Low thresholds are the user's choice, and the pacer's own (down to 10); with some of them
-    the scan at deactivation started a collection of the middle generation before it listed
-    the young objects, and the tensor reached the oldest generation unattributed.
-    """
+    """Low thresholds are the user's choice: with the line drawn in the collector, no collection
+    they start, however early, can move a new tensor out of the session's sight."""
     session = make_session(ON_SESSION_CLOSE, track_creation=False)
     thresholds = gc.get_threshold()
-    gc.set_threshold(young, 10, 10)
+    gc.set_threshold(young, 1, 1)
     try:
         with session:
             kept = tf.constant([1, 2, 3])
@@ -973,100 +883,140 @@ def test_a_tensor_is_attributed_whatever_the_young_threshold(make_session, young
     del kept
 
 
-def test_an_outer_sessions_cleaner_stops_watching_memory(make_session, monkeypatch) -> None:
-    """A cleaner waiting when an inner session is activated does not look once more on waking."""
-    from pytest_eagersession.tracking import TRACKER
+class _Tracked:
+    """An object the collector tracks."""
 
-    monkeypatch.setattr(cleaner, "CLEANER_POLL_S", 0.2)
-    innermost: list[bool] = []
+
+def test_collections_in_another_thread_never_cost_the_session_an_object(make_session) -> None:
+    """A thread that is no session's runs collections of every generation, as fast as it can,
+    while the session's thread makes and keeps tensors: each one is the session's."""
+    session = make_session(ON_SESSION_CLOSE, track_creation=False)
+    stop = threading.Event()
+    collected = [0]
+
+    def collect_all_the_time() -> None:
+        while not stop.is_set():
+            for _ in range(50):
+                _Tracked()
+            gc.collect(collected[0] % 3)
+            collected[0] += 1
+
+    kept: list[Any] = []
+    with session:
+        collector = threading.Thread(target=collect_all_the_time)
+        collector.start()
+        try:
+            for i in range(200):
+                kept.append(tf.fill([4], float(i)))
+                if i % 20 == 0:
+                    time.sleep(0.001)  # let the other thread collect in between
+        finally:
+            stop.set()
+            collector.join()
+    assert collected[0] > 10
+    survivors = session.close()
+    assert sorted(id(s.ref()) for s in survivors) == sorted(map(id, kept))
+    kept.clear()
+
+
+def test_the_session_leaves_the_collectors_thresholds_alone(make_session) -> None:
+    session = make_session(IN_BACKGROUND, track_creation=False)
+    thresholds = gc.get_threshold()
+    seen = set()
+    with session:
+        for i in range(40):
+            Cyclic(tf.fill([256, 1024], float(i)))  # 1 MiB each: the cleaner collects
+            seen.add(gc.get_threshold())
+        assert wait_until(lambda: session.stats().cycle_collections > 0)
+        seen.add(gc.get_threshold())
+    assert seen == {thresholds}
+    assert gc.get_threshold() == thresholds
+
+
+def test_an_outer_sessions_cleaner_stops_watching(make_session, monkeypatch) -> None:
+    """The cleaner of a session with another activated inside it does not look."""
+    monkeypatch.setattr(cleaner, "LOOK_INTERVAL_S", (0.002, 0.002))
+    looks: list[bool] = []
     outer = make_session(IN_BACKGROUND, track_creation=False)
     inner = make_session(ON_SESSION_CLOSE, track_creation=False)
-    monkeypatch.setattr(
-        cleaner.MemoryWatch, "look", lambda watch: innermost.append(TRACKER.is_innermost(outer))
-    )
+    original = GarbageWatch.look
+
+    def look(watch: GarbageWatch) -> int:
+        looks.append(TRACKER.is_innermost(outer))
+        return original(watch)
+
+    monkeypatch.setattr(GarbageWatch, "look", look)
     with outer:
-        assert wait_until(lambda: bool(innermost))  # watching: it looks every CLEANER_POLL_S
+        assert wait_until(lambda: bool(looks))  # watching: it looks every 2 ms
         with inner:
-            time.sleep(3 * cleaner.CLEANER_POLL_S)  # the wait under way ends meanwhile
-    assert all(innermost)
+            time.sleep(0.05)  # the wait under way ends meanwhile
+            during = len(looks)
+            time.sleep(0.05)
+            assert len(looks) <= during + 1
+        looks.clear()
+        assert wait_until(lambda: bool(looks))  # and it looks again once the inner one ends
+    assert all(looks)
 
 
-def test_the_cleaner_collects_in_full_only_after_a_scan(monkeypatch) -> None:
-    """A full collection from the cleaner would promote unscanned objects: it waits for a scan."""
-    from pytest_eagersession.tracking import TRACKER, CycleCollector
+# ---------------------------------------------------------------- the watch
 
-    collector = CycleCollector(threshold=MIB)
-    collections: list[int] = []
-    monkeypatch.setattr(collector, "collect_full", lambda: collections.append(1))
-    resident = [100 * MIB]
-    monkeypatch.setattr(cleaner._RESIDENT, "read", lambda: resident[0])
-    scans = [0]
-    monkeypatch.setattr(type(TRACKER), "scans", property(lambda _: scans[0]))
-    monkeypatch.setattr(TRACKER, "hurry", lambda: None)
-    watch = cleaner.MemoryWatch(collector)
-    watch.look()
-    resident[0] += 4 * MIB  # past FULL_EVERY thresholds: a full collection is due
-    watch.look()
-    watch.look()
-    assert collections == []  # no scan yet
-    scans[0] += 1
-    watch.look()
-    assert collections == [1]
-    watch.look()
-    assert collections == [1]
-    # Where no scan comes (the code waits, allocating nothing), it collects after a while.
-    resident[0] += 8 * MIB
-    watch.look()  # due: it hurries the collector and begins to wait
-    for _ in range(cleaner.MemoryWatch.FULL_WAIT_LOOKS - 1):
+
+def watch_of(session: EagerSession) -> GarbageWatch:
+    return session._watch
+
+
+def test_the_watch_collects_once_garbage_passes_the_threshold(make_session) -> None:
+    session = make_session(ON_SESSION_CLOSE, track_creation=False)
+    with automatic_gc_held_off(), session:
+        watch = GarbageWatch(session, threshold=2 * MIB)
+        watch.look()  # the least: nothing yet
+        first = weakref.ref(Cyclic(tf.fill([256, 1024], 0.0)))  # 1 MiB of garbage
         watch.look()
-    assert collections == [1]
-    watch.look()
-    assert collections == [1, 1]
-
-
-def test_memory_grown_before_the_cleaners_first_look_counts(monkeypatch) -> None:
-    """The watch starts from the memory at activation, not from whenever the cleaner first looks."""
-    from pytest_eagersession.tracking import TRACKER, CycleCollector
-
-    collector = CycleCollector(threshold=MIB)
-    hurried: list[int] = []
-    monkeypatch.setattr(TRACKER, "hurry", lambda: hurried.append(1))
-    monkeypatch.setattr(cleaner._RESIDENT, "read", lambda: 102 * MIB)
-    watch = cleaner.MemoryWatch(collector, baseline=100 * MIB)
-    watch.look()  # 2 MiB above the baseline: past the threshold, so the collector is hurried
-    assert hurried == [1]
-    late = cleaner.MemoryWatch(collector)
-    late.look()  # without a baseline, the first look is the baseline: no growth
-    assert hurried == [1]
-
-
-def test_the_cleaner_collects_the_middle_generation_when_the_code_is_idle(monkeypatch) -> None:
-    """After a hurry that no collection of the middle generation followed, the cleaner collects."""
-    from pytest_eagersession.tracking import TRACKER, CycleCollector
-
-    collector = CycleCollector(threshold=MIB)
-    collected: list[str] = []
-    monkeypatch.setattr(collector, "collect_middle", lambda: collected.append("middle"))
-    monkeypatch.setattr(collector, "collect_full", lambda: collected.append("full"))
-    monkeypatch.setattr(TRACKER, "hurry", lambda: None)
-    middles = [0]
-    monkeypatch.setattr(type(TRACKER), "middle_collections", property(lambda _: middles[0]))
-    resident = [100 * MIB]
-    monkeypatch.setattr(cleaner._RESIDENT, "read", lambda: resident[0])
-    waits = cleaner.MemoryWatch.FULL_WAIT_LOOKS
-    watch = cleaner.MemoryWatch(collector, baseline=100 * MIB)
-    resident[0] += 2 * MIB  # past one threshold, not three: a hurry
-    watch.look()
-    for _ in range(waits - 1):
+        assert watch.collections == 0
+        assert first() is not None
+        Cyclic(tf.fill([256, 1024], 1.0))  # 2 MiB made since the least
         watch.look()
-    assert collected == []
-    watch.look()
-    assert collected == ["middle"]
-    # The code's own collection of the middle generation after the hurry: nothing more to do.
-    watch = cleaner.MemoryWatch(collector, baseline=resident[0])
-    resident[0] += 2 * MIB
-    watch.look()
-    middles[0] += 1
-    for _ in range(2 * waits):
+        assert watch.collections == 1
+        assert first() is None
+
+
+def test_bytes_kept_on_purpose_make_the_watch_wait_longer(make_session) -> None:
+    session = make_session(ON_SESSION_CLOSE, track_creation=False)
+    kept = []
+    with automatic_gc_held_off(), session:
+        watch = GarbageWatch(session, threshold=2 * MIB)
         watch.look()
-    assert collected == ["middle"]
+        for i in range(14):  # 14 MiB kept, 1 MiB a look
+            kept.append(tf.fill([256, 1024], float(i)))
+            watch.look()
+        # At 2 MiB it collects and frees nothing: it waits for 4 MiB more (at 6 MiB), then
+        # for 8 MiB more (at 14 MiB).
+        assert watch.collections == 3
+        assert watch.look() == 0
+        first = weakref.ref(Cyclic(tf.fill([1024, 1024], 0.0)))  # 4 MiB of garbage
+        Cyclic(tf.fill([1024, 1024], 1.0))
+        Cyclic(tf.fill([1024, 1024], 2.0))
+        Cyclic(tf.fill([1024, 1024], 3.0))
+        watch.look()  # 16 MiB grown: past the 16 it waits for now; that one frees it all
+        assert watch.collections == 4
+        assert first() is None
+        for i in range(3):
+            Cyclic(tf.fill([256, 1024], float(i)))
+            watch.look()
+        assert watch.collections == 5  # back to one threshold: 2 MiB of garbage, collected
+    assert len(session.close()) == 14
+    kept.clear()
+
+
+def test_the_watch_does_not_look_at_a_session_that_is_not_innermost(make_session) -> None:
+    outer = make_session(ON_SESSION_CLOSE, track_creation=False)
+    inner = make_session(ON_SESSION_CLOSE, track_creation=False)
+    with automatic_gc_held_off(), outer:
+        watch = GarbageWatch(outer, threshold=MIB)
+        watch.look()
+        with inner:
+            first = weakref.ref(Cyclic(tf.fill([1024, 1024], 0.0)))
+            Cyclic(tf.fill([1024, 1024], 1.0))
+            assert watch.look() == 0
+            assert watch.collections == 0
+            assert first() is not None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import sys
 import threading
 import types
@@ -10,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_eagersession.heap import OlderObjectsFrozen, instances_of, referrers
+from pytest_eagersession.heap import BOUNDARY, instances_of, referrers, whole_heap_visible
 from pytest_eagersession.holders import _BULKY, PACKAGE_DIR, Root, thread_roots, walk
 from pytest_eagersession.unheld import unheld
 
@@ -42,7 +41,7 @@ def roots_of(module: types.ModuleType) -> set[int]:
 @pytest.fixture
 def visible_heap() -> None:
     """Skip where someone else froze the heap: its references are hidden from a proof."""
-    if not OlderObjectsFrozen.thaw_all():
+    if not whole_heap_visible():
         pytest.skip("this interpreter starts with frozen objects (Python 3.12.1): no proof runs")
 
 
@@ -122,27 +121,46 @@ def test_a_callers_local_is_not_unheld_when_its_frame_is_a_root(module: types.Mo
 
 
 @pytest.mark.usefixtures("visible_heap")
-def test_the_sessions_own_freeze_is_thawed_for_the_proof(module: types.ModuleType) -> None:
+def test_the_proof_sees_through_the_boundary(module: types.ModuleType) -> None:
+    """The line a session draws (the test's own) freezes what is older: each pass of the proof
+    thaws it for its one call into C, and draws it again."""
+    holder = Payload()
+    module.HELD = holder  # type: ignore[attr-defined]
     target = cycle_only()
-    freeze = OlderObjectsFrozen()
-    assert freeze.freeze()
-    try:
-        assert unheld([target], roots=roots_of(module), package_dir=PACKAGE_DIR) == {id(target)}
-        assert not freeze.frozen
-    finally:
-        freeze.thaw()
+    held = Payload()
+    holder.kept = held  # type: ignore[attr-defined]
+    BOUNDARY.draw()  # both are older than the line now: frozen
+    assert BOUNDARY.drawn
+    found = unheld([target, held], roots=roots_of(module), package_dir=PACKAGE_DIR)
+    assert found == {id(target)}
+    assert BOUNDARY.drawn
 
 
-def test_a_heap_someone_else_froze_leaves_everything_to_the_walk(
-    module: types.ModuleType,
-) -> None:
-    target = cycle_only()
-    OlderObjectsFrozen.thaw_all()  # this test's session's own freeze, if the plugin made one
-    gc.freeze()  # what is frozen may refer to it unseen: nothing can be proved
-    try:
-        assert unheld([target], roots=roots_of(module), package_dir=PACKAGE_DIR) == set()
-    finally:
-        gc.unfreeze()
+FROZEN_BY_SOMEONE_ELSE = """
+import gc, sys, types
+from pytest_eagersession.unheld import unheld
+
+class Payload:
+    pass
+
+target = Payload()
+cycle = [target]
+cycle.append(cycle)
+del cycle
+module = types.ModuleType("scratch")
+gc.freeze()  # what is frozen may refer to it unseen: nothing can be proved
+print(sorted(unheld([target], roots={id(module), id(vars(module))})))
+"""
+
+
+def test_a_heap_someone_else_froze_leaves_everything_to_the_walk() -> None:
+    import subprocess
+
+    result = subprocess.run(
+        [sys.executable, "-c", FROZEN_BY_SOMEONE_ELSE], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
 
 
 def tiers_of(module: types.ModuleType) -> list[list[Root]]:

@@ -26,6 +26,14 @@ def search_roots() -> tuple[type, ...]:
     return (EagerTensor, Trackable)
 
 
+def byte_holders() -> tuple[type, type]:
+    """The classes whose instances hold the bytes a session watches: tensors, then variables."""
+    from tensorflow.python.framework.ops import EagerTensor
+    from tensorflow.python.ops.resource_variable_ops import BaseResourceVariable
+
+    return (EagerTensor, BaseResourceVariable)
+
+
 def kind_bases() -> list[tuple[type, str]]:
     """``(class, kind)`` pairs, most specific first: an object's kind is its first base's."""
     from tensorflow.python.data.ops.iterator_ops import OwnedIterator
@@ -99,5 +107,17 @@ def tensor_nbytes(obj: Any) -> int:
     """
     try:
         return int(obj._num_elements()) * int(obj.dtype.size)
+    except Exception:
+        return 0
+
+
+def variable_nbytes(obj: Any) -> int:
+    """Bytes of a variable's buffer, 0 when unknown (strings, an unknown shape)."""
+    try:
+        elements = obj.shape.num_elements()
+        dtype = obj.dtype
+        if elements is None or dtype.name == "string":
+            return 0
+        return int(elements) * int(dtype.size)
     except Exception:
         return 0

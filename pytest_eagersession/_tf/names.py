@@ -59,6 +59,11 @@ NAMES: tuple[PrivateName, ...] = (
     PrivateName("tensorflow.python.ops.lookup_ops", "LookupInterface", "classes.kind_bases"),
     PrivateName("tensorflow.python.ops.variables", "Variable", "classes.kind_bases"),
     PrivateName("tensorflow.python.trackable.resource", "CapturableResource", "classes.kind_bases"),
+    PrivateName(
+        "tensorflow.python.ops.resource_variable_ops",
+        "BaseResourceVariable",
+        "classes.byte_holders",
+    ),
     PrivateName(_OPS, "_num_elements", "classes.tensor_nbytes, classes.tensor_built", of="tensor"),
     PrivateName(_OPS, "_handle", "classes.HANDLES (destroy_handle)", of="variable"),
     PrivateName(

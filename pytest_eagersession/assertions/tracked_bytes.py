@@ -117,7 +117,7 @@ class TrackedBytes:
                 self._scan()
 
     def _scan(self) -> None:
-        if self._scanning or not tensorflow_ready() or TRACKER.in_quiet_thread():
+        if self._scanning or not tensorflow_ready():
             return
         self._scanning = True  # a collection during the scan calls back here: skip that one
         young = TRACKER.classifier.find((0,))
