@@ -39,10 +39,10 @@ def python_warning(version: tuple[int, ...] = tuple(sys.version_info[:2])) -> st
     if found > newest:
         return (
             f"pytest-eagersession is {tested}, not {version_text(found)}. Not known to work there: "
-            "the cycle trigger of IN_BACKGROUND and ON_SAFE_POINTS, which hooks the "
-            "collector's middle generation (Python 3.14's incremental collector has none, so "
-            "cycles holding tensors may be freed late), and the survivor check, which freezes "
-            "older objects with gc.freeze()"
+            "the line each session draws with gc.freeze() between its objects and older ones, "
+            "which relies on the collector keeping frozen objects out of every generation it "
+            "lists and collects (Python 3.14's incremental collector has two generations, not "
+            "three)"
         )
     return f"pytest-eagersession is {tested}, not {version_text(found)}"
 

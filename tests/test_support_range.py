@@ -23,7 +23,7 @@ def test_a_newer_python_is_told_what_is_not_known_to_work() -> None:
     warning = python_warning((3, 14))
     assert warning is not None
     assert "tested on Python 3.10 to 3.13, not 3.14" in warning
-    assert "middle generation" in warning
+    assert "incremental collector" in warning
     assert "gc.freeze()" in warning
 
 
