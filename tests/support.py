@@ -93,7 +93,9 @@ LEAKY = """
 """
 
 
-def stress_tensorflow_threads(seconds: float, workers: int = 3) -> tuple[list[str], dict[str, int]]:
+def stress_tensorflow_threads(
+    seconds: float, workers: int = 3, *, heap_users: bool = False
+) -> tuple[list[str], dict[str, int]]:
     """Run TensorFlow eager ops here while ``workers`` threads build tuples from generators.
 
     Each worker builds tuples from generators longer than ``tuple()``'s first guess of 10 (so
@@ -102,11 +104,17 @@ def stress_tensorflow_threads(seconds: float, workers: int = 3) -> tuple[list[st
     ``.shape`` TensorFlow builds as a tuple. This thread runs matmuls and reductions, builds tuples
     too, and leaves reference cycles holding 256 KiB tensors behind: a session's cleanup has work.
 
+    With ``heap_users``, two more threads use the paths that thaw the heap while a session's
+    line is drawn: one lists referrers (``gc.get_referrers``) and collects the whole heap
+    (``gc.collect()``) in turn, one activates a session of its own around its ops, as a thread
+    a test starts may.
+
     Returns ``(errors, rounds)``: every error of any thread as ``--- where:`` and its traceback
     (those the loops catch, and those that reach ``threading.excepthook``, such as a session's
     cleaner dying), and the rounds each thread completed. The run stops at the first error, or
     after ``seconds``.
     """
+    import gc
     import threading
     import traceback
 
@@ -144,12 +152,50 @@ def stress_tensorflow_threads(seconds: float, workers: int = 3) -> tuple[list[st
         )
         record(f"uncaught in thread {name} (threading.excepthook)", text)
 
+    def heap_user() -> None:
+        name = threading.current_thread().name
+        done = 0
+        try:
+            while not stop.is_set():
+                marker = tf.constant([float(done)])
+                if done % 4 == 3:
+                    gc.collect()
+                elif len(gc.get_referrers(marker)) > 1:
+                    raise AssertionError("a fresh tensor had referrers besides this frame")
+                done += 1
+                rounds[name] = done
+                stop.wait(0.02)
+        except Exception:
+            record(f"thread {name}", traceback.format_exc())
+
+    def session_user() -> None:
+        from pytest_eagersession import EagerSession
+
+        name = threading.current_thread().name
+        done = 0
+        try:
+            while not stop.is_set():
+                with EagerSession.create():
+                    numbers = tuple(number for number in range(11 + done % 24))
+                    total = tf.reduce_sum(tf.constant([float(n) for n in numbers]))
+                    if float(total) != sum(numbers):
+                        raise AssertionError(f"wrong sum: {float(total)}")
+                done += 1
+                rounds[name] = done
+        except Exception:
+            record(f"thread {name}", traceback.format_exc())
+
     previous_hook = threading.excepthook
     threading.excepthook = excepthook
     threads = [
         threading.Thread(target=worker, args=(index,), name=f"stress-worker-{index}", daemon=True)
         for index in range(workers)
     ]
+    if heap_users:
+        threads.append(threading.Thread(target=heap_user, name="stress-heap-user", daemon=True))
+        threads.append(
+            threading.Thread(target=session_user, name="stress-session-user", daemon=True)
+        )
     try:
         for thread in threads:
             rounds[thread.name] = 0

@@ -10,7 +10,8 @@ TensorFlow's shape creation with ``RuntimeError: Error while creating shape``.
 
 The first test shows the hazard on this interpreter without TensorFlow; the others stress a
 session under each cleanup strategy, directly and under the plugin, and check the rule that
-keeps the ``IN_BACKGROUND`` cleaner clear of it: the cleaner thread never lists the heap.
+keeps the ``IN_BACKGROUND`` cleaner clear of it: the cleaner thread lists the heap only inside
+one call into C, with the collector paused.
 
 ``EAGERSESSION_STRESS_SECONDS`` lengthens each stress run for a soak (default 3 s).
 """
@@ -97,6 +98,17 @@ def test_user_threads_build_tuples_while_a_session_cleans_up(strategy: str) -> N
     assert session.closed
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_user_threads_next_to_heap_listings_collections_and_sessions(strategy: str) -> None:
+    """The same, with threads that thaw the heap (gc.get_referrers, gc.collect()) and activate
+    sessions of their own while the line of this one is drawn."""
+    with EagerSession.options().resource_cleanup_strategy(strategy).build() as session:
+        errors, rounds = stress_tensorflow_threads(STRESS_SECONDS, heap_users=True)
+    assert not errors, f"{len(errors)} error(s) under {strategy}:\n" + "\n".join(errors)
+    assert all(rounds.values()), f"a thread did no work: {rounds}"
+    assert session.closed
+
+
 # ----------------------------------------------------------------- the same under the plugin
 
 INNER_SUITE = """
@@ -149,20 +161,35 @@ def _recording(real: Callable[..., Any], calls: list[str]) -> Callable[..., Any]
     return record_the_thread
 
 
-def test_the_cleaner_thread_never_lists_the_heap(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The IN_BACKGROUND cleaner runs next to user threads: it must never hold a heap listing.
+def test_the_cleaner_thread_lists_the_heap_only_inside_one_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The IN_BACKGROUND cleaner runs next to user threads: it lists what its session made, but
+    only through ``heap``'s one-call pipelines, with the collector paused, and never through
+    ``gc``'s own functions (a list it would hold while other threads run).
 
-    Garbage cycles holding 256 KiB tensors grow the tracked bytes past the collection threshold
-    many times over, so the cleaner has both its polling and its collecting to do meanwhile.
+    Garbage cycles holding 256 KiB tensors grow the session's bytes past the collection
+    threshold many times over, so the cleaner has both its looks and its collections to do.
     """
     import tensorflow as tf
 
-    calls: list[str] = []
+    from pytest_eagersession import heap
+
+    public: list[str] = []
     for name in ("get_objects", "get_referrers"):
-        monkeypatch.setattr(gc, name, _recording(getattr(gc, name), calls))
+        monkeypatch.setattr(gc, name, _recording(getattr(gc, name), public))
+    listings: list[tuple[str, bool]] = []
+    real_listing = heap._GET_OBJECTS
+
+    def listing(generation: int | None = None) -> list[object]:
+        listings.append((threading.current_thread().name, gc.isenabled()))
+        return real_listing(generation)
+
+    monkeypatch.setattr(heap, "_GET_OBJECTS", listing)
     before = set(threading.enumerate())
     cycles = 0
-    with EagerSession.options().resource_cleanup_strategy("in_background").build():
+    session = EagerSession.options().resource_cleanup_strategy("in_background").build()
+    with session:
         cleaners = [
             thread
             for thread in threading.enumerate()
@@ -174,15 +201,19 @@ def test_the_cleaner_thread_never_lists_the_heap(monkeypatch: pytest.MonkeyPatch
             cycle.append(cycle)
             cycles += 1
         cleaner_alive = all(thread.is_alive() for thread in cleaners)
+        collections = session.stats().cycle_collections
     monkeypatch.undo()
     assert cleaners, "the IN_BACKGROUND session started no eagersession-cleaner- thread"
     assert cleaner_alive, "the cleaner thread stopped before the session closed"
-    from_cleaners = [name for name in calls if name.startswith(CLEANER_PREFIX)]
+    from_cleaners = [name for name in public if name.startswith(CLEANER_PREFIX)]
     assert not from_cleaners, (
-        f"the cleaner thread listed the heap {len(from_cleaners)} times in {CLEANER_WATCH_S} s "
-        f"({cycles} garbage cycles made; gc.get_objects/get_referrers called from "
-        f"{sorted(set(from_cleaners))})"
+        f"the cleaner thread called gc.get_objects/get_referrers {len(from_cleaners)} times "
+        f"in {CLEANER_WATCH_S} s ({cycles} garbage cycles made)"
     )
+    by_cleaner = [enabled for name, enabled in listings if name.startswith(CLEANER_PREFIX)]
+    assert by_cleaner, "the cleaner never looked at what its session made"
+    assert not any(by_cleaner), "the cleaner listed the heap with the collector running"
+    assert collections > 0, f"{cycles} garbage cycles of 256 KiB and no collection"
 
 
 def test_the_heap_listing_never_asks_an_object_for_its_class() -> None:
