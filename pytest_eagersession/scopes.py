@@ -33,6 +33,7 @@ class ScopeSessions:
         self._settings = settings
         self._sessions: dict[str, tuple[EagerSession, TestPolicy]] = {}
         self._values: dict[str, list[object]] = {}
+        self._named: dict[str, list[tuple[str, str]]] = {}  # globals the threads' code names
         self._ending: list[tuple[str, str]] | None = None
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -52,10 +53,19 @@ class ScopeSessions:
             session.deactivate()
         # What the value reaches belongs to the scope, and so does what a thread that the
         # fixture started (a monitor, a prefetcher) keeps in its frames.
+        # That thread may have ended by the time the scope's survivors are handed over: the
+        # globals its code names (the buffer it fills) are kept, as names, from now.
         started = [thread for thread in threading.enumerate() if thread not in threads_before]
-        values = self._values.setdefault(_scope_key(request.node, scope), [])
+        key = _scope_key(request.node, scope)
+        values = self._values.setdefault(key, [])
         values.append(value)
         values.extend(started)
+        if started:
+            from pytest_eagersession.fixture_values import globals_named_by_target
+
+            named = self._named.setdefault(key, [])
+            for thread in started:
+                named.extend(globals_named_by_target(thread))
         return value
 
     def session_for(self, node: Any, scope: str) -> EagerSession:
@@ -95,28 +105,37 @@ class ScopeSessions:
                 self._close(key, scope, item)
 
     def unclaimed(self, survivors: tuple[Any, ...]) -> list[Any]:
-        """The survivors no open wider scope takes over and none allows.
+        """The survivors no open wider scope takes over, none allows, and still alive.
 
         Sessions are built not to destroy their survivors on close: what a wider-scoped
         fixture's value holds must be handed over to that scope intact, and the report decides
         which leaks are certain enough to destroy.
         """
-        scopes = [
-            (session, self._values.get(key, []))
-            for key, (session, _) in self._sessions.items()
-            if self._values.get(key)
-        ]
-        if scopes:
-            from pytest_eagersession.fixture_values import adopt_held
+        keys = [key for key in self._sessions if self._values.get(key)]
+        if keys:
+            from pytest_eagersession.fixture_values import adopt_held, named_globals
 
+            scopes = [
+                (
+                    self._sessions[key][0],
+                    [*self._values[key], *named_globals(self._named.get(key, []))],
+                )
+                for key in keys
+            ]
             survivors = adopt_held(survivors, scopes)
-        return [survivor for survivor in survivors if not survivor.allowed]
+        # One that died since the check was in flight (in a wider scope's thread): no leak.
+        return [
+            survivor
+            for survivor in survivors
+            if not survivor.allowed and (survivor.ref is None or survivor.ref() is not None)
+        ]
 
     def close_all(self) -> None:
         """Close what is still open at the end of the run: its leaks have no test to fail."""
         for key in list(self._sessions):
             session, _ = self._sessions.pop(key)
             self._values.pop(key, None)
+            self._named.pop(key, None)
             if not session.closed:
                 session.close()  # no test to fail: nothing is destroyed
 
@@ -129,6 +148,7 @@ class ScopeSessions:
     def _close(self, key: str, scope: str, item: pytest.Item | None) -> None:
         entry = self._sessions.pop(key, None)
         self._values.pop(key, None)
+        self._named.pop(key, None)
         if entry is None:
             return
         session, policy = entry
