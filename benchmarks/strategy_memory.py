@@ -1,7 +1,8 @@
 """The seed's n*m experiment: n ops a loop iteration, m iterations, keeping only the last ones.
 
 Each strategy runs in a fresh interpreter; memory is the process's resident size (RSS) above
-what it was before the loop, and the session's count of live output references.
+what it was before the loop, and the session's count of live output references. Loops that
+leave tensors in reference cycles are ``cycles_sweep.py``'s grid.
 
     python benchmarks/strategy_memory.py [--ops 4] [--iterations 50] [--json PATH]
 """
@@ -55,52 +56,8 @@ def op_builder_loop(strategy: str, n: int, m: int) -> dict[str, Any]:
     return {"peak_rss_mib": peak_rss / MIB, "peak_live_outputs": peak_refs, "series": series}
 
 
-def cyclic_loop(strategy: str, m: int, python_objects: int = 0) -> dict[str, Any]:
-    import tensorflow as tf
-
-    from pytest_eagersession import EagerSession
-
-    class Node:
-        pass
-
-    def step() -> Node:
-        node = Node()
-        node.me = node  # a reference cycle: only the cycle collector frees it
-        node.tensor = tf.fill([1024, 1024], 1.0)
-        # What real loops make besides: log records, metric dicts, lists (short-lived).
-        node.log = [{"step": i, "loss": 0.5} for i in range(python_objects)][-1:]
-        return node
-
-    latest = step()
-    base = rss_bytes()
-    peak = 0
-    series = []
-    session = None
-    if strategy != "none":
-        session = EagerSession.options().resource_cleanup_strategy(strategy).build()
-        session.activate()
-    for _ in range(m):
-        latest = step()
-        growth = rss_bytes() - base
-        series.append(growth / MIB)
-        peak = max(peak, growth)
-    collections = 0
-    if session is not None:
-        collections = session.stats().cycle_collections
-        session.deactivate()
-        session.close()
-    del latest
-    return {"peak_rss_mib": peak / MIB, "cycle_collections": collections, "series": series}
-
-
 def child(args: argparse.Namespace) -> None:
-    if args.experiment == "ops":
-        result = op_builder_loop(args.strategy, args.ops, args.iterations)
-    elif args.experiment == "cycles-python":
-        result = cyclic_loop(args.strategy, args.cycle_iterations, python_objects=200)
-    else:
-        result = cyclic_loop(args.strategy, args.cycle_iterations)
-    print(json.dumps(result))
+    print(json.dumps(op_builder_loop(args.strategy, args.ops, args.iterations)))
 
 
 def run_child(experiment: str, strategy: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -116,39 +73,15 @@ def run_child(experiment: str, strategy: str, args: argparse.Namespace) -> dict[
         str(args.ops),
         "--iterations",
         str(args.iterations),
-        "--cycle-iterations",
-        str(args.cycle_iterations),
     ]
     output = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
     return dict(json.loads(output.strip().splitlines()[-1]))
-
-
-def cycle_table(
-    experiment: str, title: str, strategies: list[str], args: argparse.Namespace
-) -> dict[str, dict[str, Any]]:
-    """Run one cycle loop with no session and under each strategy; print its table."""
-    print(f"\n{title}")
-    print(f"{'session':<18} {'peak RSS growth':>16} {'cycle collections':>18}")
-    results = {}
-    for strategy in ["none", *strategies]:
-        result = run_child(experiment, strategy, args)
-        results[strategy] = result
-        print(
-            f"{strategy:<18} {result['peak_rss_mib']:>12.0f} MiB "
-            f"{result['cycle_collections']:>18.0f}"
-        )
-    none = results["none"]["peak_rss_mib"]
-    for strategy in strategies[:2]:
-        ratio = results[strategy]["peak_rss_mib"] / none if none else float("nan")
-        print(f"  {strategy}: {ratio:.2f} of the growth without a session")
-    return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", type=int, default=4)
     parser.add_argument("--iterations", type=int, default=50)
-    parser.add_argument("--cycle-iterations", type=int, default=100)
     parser.add_argument("--json", default=None)
     parser.add_argument("--child", default=None)
     parser.add_argument("--strategy", default="in_background")
@@ -162,7 +95,7 @@ def main() -> None:
     print(f"n*m experiment: {n} ops of 4 MiB per iteration, {m} iterations, last iteration kept")
     print(f"(about {4 * n} MiB with cleanup, {4 * n * m} MiB without)\n")
     print(f"{'strategy':<18} {'peak RSS growth':>16} {'peak live outputs':>18}")
-    results: dict[str, dict[str, dict[str, Any]]] = {"ops": {}, "cycles": {}}
+    results: dict[str, dict[str, dict[str, Any]]] = {"ops": {}}
     for strategy in strategies:
         result = run_child("ops", strategy, args)
         results["ops"][strategy] = result
@@ -170,20 +103,7 @@ def main() -> None:
             f"{strategy:<18} {result['peak_rss_mib']:>12.0f} MiB "
             f"{result['peak_live_outputs']:>18.0f}"
         )
-    results["cycles"] = cycle_table(
-        "cycles",
-        f"Cyclic garbage: {args.cycle_iterations} iterations, each making a reference cycle "
-        "that holds a 4 MiB tensor",
-        strategies,
-        args,
-    )
-    results["cycles-python"] = cycle_table(
-        "cycles-python",
-        "The same loop making 200 short-lived Python objects an iteration besides "
-        "(log records, metric dicts)",
-        strategies,
-        args,
-    )
+    print("\n(reference cycles, by loop shape: benchmarks/cycles_sweep.py)")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)
