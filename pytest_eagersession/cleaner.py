@@ -32,6 +32,9 @@ CYCLE_BYTES_THRESHOLD = 8 * 1024 * 1024
 CLEANER_JOIN_TIMEOUT_S = 5.0
 #: The shortest and the longest wait of a cleaner between two looks (shortest while bytes grow).
 LOOK_INTERVAL_S = (0.0005, 0.008)
+#: The wait before a cleaner's first look once its session owns new objects: a short session
+#: that makes little is not interrupted at once.
+FIRST_LOOK_S = 0.002
 #: Seconds without growth after which a cleaner's looks back off towards the longest wait.
 QUIET_S = 0.05
 #: Listing what a session made may take at most one part in this many of its cleaner's time.
@@ -55,7 +58,7 @@ class GarbageWatch:
     def __init__(self, owner: Owner, threshold: int = CYCLE_BYTES_THRESHOLD) -> None:
         self._owner = owner
         self.threshold = threshold
-        self._least: int | None = None
+        self._least = 0  # nothing is made since a line just drawn
         self._last = 0
         self._step = threshold
         self._noted = 0
@@ -77,7 +80,7 @@ class GarbageWatch:
         defined a new kind of variable.
         """
         with self._lock:
-            self._least, self._last, self._noted = None, 0, 0
+            self._least, self._last, self._noted = 0, 0, 0
             self._step = self.threshold
             self._types = frozenset()
 
@@ -99,7 +102,7 @@ class GarbageWatch:
             return 0
         with self._lock:
             grown = total - self._last
-            least = total if self._least is None else min(self._least, total)
+            least = min(self._least, total)
             due = total - least >= self._step
         if due and TRACKER.collect_new(self._owner):
             before, total = total, self._bytes() or 0
@@ -141,9 +144,9 @@ class Cleaner:
 
     It blocks on the session's garbage queue and deletes each reference whose referent died.
     While its session owns new objects it also looks at them (``GarbageWatch``) between items:
-    every ``LOOK_INTERVAL_S[0]`` while their bytes grow, backing off to ``LOOK_INTERVAL_S[1]``
-    once they did not for ``QUIET_S``, and never spending more than a ``LOOK_DUTY``-th of its
-    time listing.
+    first after ``FIRST_LOOK_S``, then every ``LOOK_INTERVAL_S[0]`` while their bytes grow,
+    backing off to ``LOOK_INTERVAL_S[1]`` once they did not for ``QUIET_S``, and never spending
+    more than a ``LOOK_DUTY``-th of its time listing.
     """
 
     def __init__(self, owner: Owner, references: ReferenceRegistry, watch: GarbageWatch) -> None:
@@ -179,7 +182,7 @@ class Cleaner:
         garbage = references.garbage_queue
         watch = self._watch
         shortest, longest = LOOK_INTERVAL_S
-        interval = shortest
+        interval = FIRST_LOOK_S
         grew_at = float("-inf")  # nothing grew yet: the looks back off until something does
         while True:
             watching = TRACKER.is_innermost(self._owner) and tensorflow_ready()
@@ -195,7 +198,7 @@ class Cleaner:
             if item is STOP:
                 return
             if item is WAKE:
-                interval, grew_at = shortest, float("-inf")
+                interval, grew_at = FIRST_LOOK_S, float("-inf")
                 continue
             failures: list[str] = []
             if references.delete(item, failures):

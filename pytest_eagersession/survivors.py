@@ -131,18 +131,37 @@ def find(
     ``generator_before`` is TensorFlow's global random generator when the session began: one
     that replaced it since (``tf.random.set_global_generator``) is a survivor, not a singleton.
     The first collection walks what was made since the tracker's line alone (a session that
-    closes keeps its objects there until this check ends); only if some of them outlive it is
-    the heap collected whole (an old cycle may be what keeps them). A survivor that
-    ``retention`` says TensorFlow keeps is marked so.
+    closes keeps its objects there until this check ends). Only if a survivor is left that
+    would be reported (neither allowed nor kept by TensorFlow) is the heap collected whole,
+    since an old cycle may be what keeps it, and the survivors found again: TensorFlow's caches
+    keep something after most tests that build models, and a whole collection with TensorFlow
+    loaded costs hundreds of milliseconds. A survivor that ``retention`` says TensorFlow keeps
+    is marked so.
     """
+    if not ownership.alive(since):
+        return []
+    whole = not TRACKER.collect_new()
+    if whole:  # no line drawn: the one collection is of the whole heap
+        TRACKER.collect_whole()
+    found = _survivors(ownership, since, is_detached, allow, generator_before, retention)
+    if not whole and any(not s.allowed and s.retention is None for s in found):
+        found = []  # weak references and text only, but nothing of theirs is needed now
+        TRACKER.collect_whole()
+        found = _survivors(ownership, since, is_detached, allow, generator_before, retention)
+    return found
+
+
+def _survivors(
+    ownership: Ownership,
+    since: int,
+    is_detached: Callable[[object], bool],
+    allow: AllowPredicate | None,
+    generator_before: weakref.ref[Any] | None,
+    retention: Retention | None,
+) -> list[Survivor]:
+    """``find``'s survivors as they are now, without collecting."""
     alive = ownership.alive(since)
     try:
-        if not alive:
-            return []
-        alive = []  # hold nothing while the collector runs
-        if not TRACKER.collect_new() or ownership.alive(since):
-            TRACKER.collect_whole()
-        alive = ownership.alive(since)
         if not alive:
             return []
         ignored = tensorflow_singletons(generator_before)

@@ -405,9 +405,10 @@ def test_cycles_holding_tensors_are_collected_as_tracked_bytes_grow(make_session
         assert not garbage_left
         if strategy is ON_SAFE_POINTS:
             # A look at every op (half a threshold of outputs); a collection once the bytes
-            # made since the last one pass the threshold: every other tensor, from the third.
+            # grew by the threshold from the least they were (none, at activation): every
+            # other tensor, from the second.
             per_collection = -(-CYCLE_BYTES_THRESHOLD // tensor_bytes)
-            assert collections == (count - 1) // per_collection
+            assert collections == count // per_collection
         else:
             assert collections >= 1
     assert session.close() == ()
