@@ -32,9 +32,6 @@ CYCLE_BYTES_THRESHOLD = 8 * 1024 * 1024
 CLEANER_JOIN_TIMEOUT_S = 5.0
 #: The shortest and the longest wait of a cleaner between two looks (shortest while bytes grow).
 LOOK_INTERVAL_S = (0.0005, 0.008)
-#: The wait before a cleaner's first look once its session owns new objects: a short session
-#: that makes little is not interrupted at once.
-FIRST_LOOK_S = 0.002
 #: Seconds without growth after which a cleaner's looks back off towards the longest wait.
 QUIET_S = 0.05
 #: Listing what a session made may take at most one part in this many of its cleaner's time.
@@ -51,7 +48,9 @@ class GarbageWatch:
     ``threshold``, it collects what the session made (``TRACKER.collect_new``: a few
     milliseconds), and the bytes left are the new least. A collection that frees less than half
     a threshold (the bytes are the code's, kept on purpose) doubles the growth the next one
-    waits for, up to ``MOST_THRESHOLDS`` thresholds; one that frees a threshold resets it.
+    waits for, up to ``MOST_THRESHOLDS`` thresholds; one that frees a threshold resets it. The
+    first since the line doubles nothing: the tensor a loop has just made is alive then, and
+    what the code keeps is not known yet.
     Where automatic collection is off (``gc.disable()``, or a zero threshold), it stays off.
     """
 
@@ -63,6 +62,7 @@ class GarbageWatch:
         self._step = threshold
         self._noted = 0
         self._collections = 0
+        self._baseline = False  # a collection since the line showed what the code keeps
         self._lock = threading.Lock()
         self._types: frozenset[type] = frozenset()
         self.listing_seconds = 0.0
@@ -82,6 +82,7 @@ class GarbageWatch:
         with self._lock:
             self._least, self._last, self._noted = 0, 0, 0
             self._step = self.threshold
+            self._baseline = False
             self._types = frozenset()
 
     def note(self, nbytes: int) -> None:
@@ -105,16 +106,18 @@ class GarbageWatch:
             least = min(self._least, total)
             due = total - least >= self._step
         if due and TRACKER.collect_new(self._owner):
+            with self._lock:  # counted before the bytes are listed again, which takes a while
+                self._collections += 1
             before, total = total, self._bytes() or 0
             least = total
             with self._lock:
-                self._collections += 1
                 freed = before - total
                 self._step = (
                     self.threshold
-                    if freed >= self.threshold // 2
+                    if freed >= self.threshold // 2 or not self._baseline
                     else min(2 * self._step, MOST_THRESHOLDS * self.threshold)
                 )
+                self._baseline = True
         with self._lock:
             self._least, self._last = least, total
         return max(grown, 0)
@@ -144,7 +147,7 @@ class Cleaner:
 
     It blocks on the session's garbage queue and deletes each reference whose referent died.
     While its session owns new objects it also looks at them (``GarbageWatch``) between items:
-    first after ``FIRST_LOOK_S``, then every ``LOOK_INTERVAL_S[0]`` while their bytes grow,
+    every ``LOOK_INTERVAL_S[0]`` while their bytes grow,
     backing off to ``LOOK_INTERVAL_S[1]`` once they did not for ``QUIET_S``, and never spending
     more than a ``LOOK_DUTY``-th of its time listing.
     """
@@ -182,7 +185,7 @@ class Cleaner:
         garbage = references.garbage_queue
         watch = self._watch
         shortest, longest = LOOK_INTERVAL_S
-        interval = FIRST_LOOK_S
+        interval = shortest
         grew_at = float("-inf")  # nothing grew yet: the looks back off until something does
         while True:
             watching = TRACKER.is_innermost(self._owner) and tensorflow_ready()
@@ -198,7 +201,7 @@ class Cleaner:
             if item is STOP:
                 return
             if item is WAKE:
-                interval, grew_at = FIRST_LOOK_S, float("-inf")
+                interval, grew_at = shortest, float("-inf")
                 continue
             failures: list[str] = []
             if references.delete(item, failures):
