@@ -66,7 +66,8 @@ class GarbageWatch:
         self._lock = threading.Lock()
         self._types: frozenset[type] = frozenset()
         self.listing_seconds = 0.0
-        """How long the last look took to list and count the bytes (collecting aside)."""
+        """The CPU time the last look took to list and count the bytes (collecting aside; waiting
+        for the interpreter while the loop runs is not the look's cost)."""
 
     @property
     def collections(self) -> int:
@@ -125,7 +126,7 @@ class GarbageWatch:
     def _bytes(self) -> int | None:
         if not tensorflow_ready():
             return None
-        started = time.perf_counter()
+        started = time.thread_time()
         tensors, variables = byte_holders()
         if not self._types:  # every concrete class: a set lookup per object, not an MRO test
             self._types = frozenset((tensors, *family(variables)))
@@ -139,7 +140,7 @@ class GarbageWatch:
             )
         finally:
             found.clear()
-            self.listing_seconds = time.perf_counter() - started
+            self.listing_seconds = time.thread_time() - started
 
 
 class Cleaner:

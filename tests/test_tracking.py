@@ -961,6 +961,24 @@ def test_an_outer_sessions_cleaner_stops_watching(make_session, monkeypatch) -> 
     assert all(again)
 
 
+def test_a_looks_cost_is_its_cpu_time_not_its_wait_for_the_interpreter(
+    make_session, monkeypatch
+) -> None:
+    """A listing that waits (for the interpreter, here a sleep) is cheap: looks stay frequent."""
+    listed = TRACKER.new_objects
+
+    def waiting(session: Any, types: frozenset[type]) -> list[object] | None:
+        time.sleep(0.01)  # the GIL is released, no CPU is used
+        return listed(session, types)
+
+    monkeypatch.setattr(TRACKER, "new_objects", waiting)
+    session = make_session(IN_BACKGROUND, track_creation=False)
+    watch = session._watch
+    with session:
+        assert wait_until(lambda: watch.listing_seconds > 0)
+        assert watch.listing_seconds < 0.005  # 10 ms of wall time each
+
+
 # ---------------------------------------------------------------- the watch
 
 
