@@ -217,6 +217,8 @@ def produce() -> Produced:
     banner, *leaked = banner_section(output, "eagersession: leaked TensorFlow objects")
     mine = [line for line in leaked if line.startswith(FIRST_REPORT + ":")]
     snippets["first_report_terminal"] = normalize("\n".join([*first, banner, *mine]))
+    by_holder = leaked[: leaked.index("by test:")] if "by test:" in leaked else []
+    snippets["run_summary_by_holder"] = normalize("\n".join([banner, *by_holder]))
     entry = next(test for test in tests if test["nodeid"] == CI_EXAMPLE)
     snippets["json_report"] = normalize(json.dumps(entry, indent=2))
     snippets["junit_properties"] = normalize(ci_properties)

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pytest_eagersession.explain import DEFAULT_BUDGET_S, MORE_TIME, Explanation, explain_all
+from pytest_eagersession.grouping import group_records, root_of, shorten, slot_of
 from pytest_eagersession.holders import Root
 from pytest_eagersession.kinds import (
     FUNCTION,
@@ -74,6 +75,10 @@ class LeakRecord:
     allowed: bool = False
     destroyed: bool = False
     """Its TensorFlow resource was released at the end of the scope: using it now fails."""
+    root: str | None = None
+    """What the holder's chain starts at (a module's global, a library's cache); None untraced."""
+    slot: str | None = None
+    """The index or key it sits at in its last container (``[14]``, ``['a']``), if it does."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON report's fields for this leak."""
@@ -139,6 +144,7 @@ def build_records(
     records = []
     for index, survivor in enumerate(ordered):
         explanation = explanations.get(index)
+        chain = None if explanation is None else explanation.chain
         destroyed = False
         if explanation is not None:
             if destroy and explanation.certain and survivor.kind in _RESOURCE_OWNERS:
@@ -168,10 +174,27 @@ def build_records(
                 summary=survivor.summary(),
                 allowed=survivor.allowed,
                 destroyed=destroyed,
+                root=None if chain is None else root_of(chain),
+                slot=None if chain is None else slot_of(chain),
             )
         )
     graphs.clear()
-    return records
+    # Items of one container in their order there (the walk found them in any order).
+    return sorted(records, key=_report_order)
+
+
+def _report_order(record: LeakRecord) -> tuple[int, int, str, bool, str, int, str]:
+    slot = record.slot or ""
+    index = int(slot[1:-1]) if slot[1:-1].isdigit() else -1
+    return (
+        KIND_ORDER.get(record.kind, 9),
+        -(record.nbytes or 0),
+        record.summary,
+        record.retained_by is None,  # the traced first, as they were chosen
+        record.root or "",
+        index,
+        slot,
+    )
 
 
 def render(
@@ -181,27 +204,35 @@ def render(
     *,
     strategy: str,
     advice: Advice = Advice(),
+    full_chains: bool = False,
 ) -> str:
-    """The text a failing (or warned) test shows, ending with ``advice``."""
+    """The text a failing (or warned) test shows, ending with ``advice``.
+
+    Leaks held the same way but for their slot in one container are one entry
+    (``grouping.group_records``); a chain longer than ``grouping.MOST_LINKS_SHOWN`` links shows
+    its root and its last links, unless ``full_chains``.
+    """
     total = sum(record.nbytes or 0 for record in records)
     noun = "object" if len(records) == 1 else "objects"
     lines = [
         f"{where} leaked {len(records)} TensorFlow {noun} ({format_bytes(total)}) "
         f"that outlived its {scope} scope (cleanup strategy {strategy}):"
     ]
-    for number, record in enumerate(records, start=1):
-        lines.append(f"  {number}. {record.summary}")
-        if record.retained_by is not None:
-            lines.append(f"     {record.retained_by}")
+    groups = group_records(records)
+    for number, group in enumerate(groups, start=1):
+        lines.append(f"  {number}. {group.headline()}")
+        held_by = group.held_by()
+        if held_by is not None:
+            lines.append(f"     {held_by if full_chains else shorten(held_by)}")
     unexplained = sum(1 for record in records if record.retained_by is None)
     if unexplained and any(record.retained_by is not None for record in records):
         lines.append(f"  ({unexplained} more not traced: {advice.untraced} limits how many are)")
-    destroyed = [number for number, r in enumerate(records, start=1) if r.destroyed]
+    destroyed = [number for number, g in enumerate(groups, start=1) if g.first.destroyed]
     if destroyed:
         holders = sorted(
-            {r.kind for r in records if r.destroyed}, key=lambda kind: KIND_ORDER[kind]
+            {g.first.kind for g in groups if g.first.destroyed}, key=lambda kind: KIND_ORDER[kind]
         )
-        owners = [n for n, r in enumerate(records, start=1) if r.kind in _RESOURCE_OWNERS]
+        owners = [n for n, g in enumerate(groups, start=1) if g.first.kind in _RESOURCE_OWNERS]
         if destroyed == owners:
             lines.append(
                 f"The {', '.join(holders)} objects were cut off their TensorFlow resources at "
@@ -222,12 +253,14 @@ def _numbers(numbers: Sequence[int]) -> str:
     return ", ".join(f"{number}." for number in numbers)
 
 
-def write_json(path: str, tests: Iterable[dict[str, Any]]) -> None:
-    """Write the run's JSON report, creating the folder if needed."""
+def write_json(
+    path: str, tests: Iterable[dict[str, Any]], *, holders: Sequence[dict[str, Any]] = ()
+) -> None:
+    """Write the run's JSON report (each test, then each holder once), creating the folder."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     with open(path, "w", encoding="utf-8") as handle:
-        json.dump({"tests": list(tests)}, handle, indent=2)
+        json.dump({"tests": list(tests), "holders": list(holders)}, handle, indent=2)
         handle.write("\n")
 
 

@@ -116,6 +116,8 @@ class Settings:
     graphs_dir: str | None = None
     retention: str = "report"
     """What TensorFlow's own known leaks of a test's objects do: ``report`` apart, or ``fail``."""
+    full_chains: bool = False
+    """Reports show every link of a long chain (``-v``); otherwise its root and last links."""
 
 
 @dataclass(frozen=True)
@@ -383,7 +385,8 @@ def resolve(cli: Mapping[str, Any], ini: Mapping[str, Any], *, verbosity: int = 
     """
     verbose = verbosity > 0
     values: dict[str, Any] = {
-        "chain_depth": VERBOSE_CHAIN_DEPTH if verbose else DEFAULT_CHAIN_DEPTH
+        "chain_depth": VERBOSE_CHAIN_DEPTH if verbose else DEFAULT_CHAIN_DEPTH,
+        "full_chains": verbose,
     }
     for option in OPTIONS:
         value = cli.get(option.name)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from pytest_eagersession.grouping import holder_line, holders_of_run
 from pytest_eagersession.report import write_json
 from pytest_eagersession.sizes import format_bytes
 from pytest_eagersession.support_range import tensorflow_warning
@@ -20,6 +21,8 @@ from pytest_eagersession.support_range import tensorflow_warning
 PROPERTY = "eagersession"
 #: The user property of each leak, one line of text (also in JUnit XML).
 LEAK_PROPERTY = "eagersession_leak"
+#: Holders the terminal summary names; the JSON report lists every one.
+MOST_HOLDERS_SHOWN = 10
 
 
 class RunSummary:
@@ -58,6 +61,15 @@ class RunSummary:
         if not leaky:
             return
         terminalreporter.section("eagersession: leaked TensorFlow objects")
+        holders = holders_of_run(leaky)
+        if len(leaky) > 1 and holders:
+            terminalreporter.write_line("by holder, most bytes first:")
+            for holder in holders[:MOST_HOLDERS_SHOWN]:
+                terminalreporter.write_line(f"  {holder_line(holder)}")
+            if len(holders) > MOST_HOLDERS_SHOWN:
+                more = len(holders) - MOST_HOLDERS_SHOWN
+                terminalreporter.write_line(f"  and {more} more (all in the JSON report)")
+            terminalreporter.write_line("by test:")
         for entry in leaky:
             leaks = entry["leaks"]
             total = sum(leak.get("nbytes") or 0 for leak in leaks)
@@ -93,7 +105,8 @@ class RunSummary:
         if path is None or hasattr(self._config, "workerinput"):
             return
         try:
-            write_json(path, self._results.values())
+            tests = list(self._results.values())
+            write_json(path, tests, holders=holders_of_run(tests))
         except (OSError, ValueError) as error:
             # Checked when the options were parsed, so rare (a full disk, a folder removed
             # since). Said in the terminal summary, after the results it does not change.

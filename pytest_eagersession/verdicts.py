@@ -110,7 +110,14 @@ def judge(
     texts = []
     if records:
         texts.append(
-            render(where, scope, records, strategy=policy.strategy.value, advice=PYTEST_ADVICE)
+            render(
+                where,
+                scope,
+                records,
+                strategy=policy.strategy.value,
+                advice=PYTEST_ADVICE,
+                full_chains=settings.full_chains,
+            )
         )
     if retention is not None:
         texts.append(f"{where}: {retention}")

@@ -79,8 +79,9 @@ def test_each_setting_is_named_once_in_the_option_table() -> None:
     names = [option.name for option in OPTIONS]
     fields = [option.field for option in OPTIONS]
     assert len(set(names)) == len(names)
+    from_verbosity = {"chain_depth", "full_chains"}  # -v sets them; no option of their own
     assert sorted(fields) == sorted(
-        field.name for field in dataclasses.fields(Settings) if field.name != "chain_depth"
+        field.name for field in dataclasses.fields(Settings) if field.name not in from_verbosity
     )
 
 
@@ -815,12 +816,14 @@ LEAK_FIELDS = {
     "retained_by",
     "summary",
     "allowed",
+    "root",
+    "slot",
 }
 
 
 def _by_nodeid(path: Path) -> dict[str, dict[str, Any]]:
     data = json.loads(path.read_text())
-    assert set(data) == {"tests"}
+    assert set(data) == {"tests", "holders"}
     return {entry["nodeid"]: entry for entry in data["tests"]}
 
 
@@ -870,6 +873,8 @@ def test_json_report(pytester: pytest.Pytester) -> None:
         "summary": "tensor: EagerTensor float32[2] 8 B on CPU:0",
         "allowed": False,
         "destroyed": False,
+        "root": "test_json._CACHE (list)",
+        "slot": "[0]",
     }
 
     tracked = tests["test_json.py::test_tracked"]
@@ -885,6 +890,24 @@ def test_json_report(pytester: pytest.Pytester) -> None:
     assert clean["outcome"] == "passed"
     assert clean["strategy"] == "in_background"
     assert clean["leaks"] == []
+
+    # Each holder once, most bytes first, with what it keeps and the tests that left it.
+    assert json.loads(out.read_text())["holders"] == [
+        {
+            "root": "test_json._TRACKED (list)",
+            "objects": 1,
+            "nbytes": 12,
+            "kinds": {"tensor": 1},
+            "tests": ["test_json.py::test_tracked"],
+        },
+        {
+            "root": "test_json._CACHE (list)",
+            "objects": 1,
+            "nbytes": 8,
+            "kinds": {"tensor": 1},
+            "tests": ["test_json.py::test_leak"],
+        },
+    ]
 
 
 def test_junitxml_and_graphs(pytester: pytest.Pytester) -> None:

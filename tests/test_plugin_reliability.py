@@ -649,7 +649,7 @@ def test_output_paths_to_be_made_in_a_writable_folder_are_accepted(
 def test_a_json_report_that_fails_at_the_end_leaves_a_passing_run_passing(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def disk_full(path: str, tests: object) -> None:
+    def disk_full(path: str, tests: object, **_: object) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr("pytest_eagersession.summary.write_json", disk_full)
