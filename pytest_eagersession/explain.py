@@ -32,6 +32,7 @@ from pytest_eagersession.holders import (
     walk,
 )
 from pytest_eagersession.native import native_holder
+from pytest_eagersession.root_kinds import describe_root
 
 #: TensorFlow's and Keras's module state that keeps what user code put there, by the chain's start:
 #: such a chain is TensorFlow's, but the cause is the code that filled it.
@@ -105,6 +106,8 @@ class Explanation:
     """For TensorFlow's state that keeps what user code put there: how it got there."""
     native: str | None = None
     """With no Python holder: the native holder that likely keeps it, and who holds that."""
+    holder: str | None = None
+    """What kind of holder the chain's root is, in one line (``root_kinds.describe_root``)."""
 
     @property
     def certain(self) -> bool:
@@ -216,6 +219,7 @@ def explain_all(
                     more_time=more_time,
                     root=root.kind,
                     cause=_cause(text),
+                    holder=describe_root(root, chain, text.split(" -> ", 1)[0]),
                 )
             )
         return explanations

@@ -12,12 +12,33 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pytest_eagersession.sizes import format_bytes
 
-if TYPE_CHECKING:
-    from pytest_eagersession.report import LeakRecord
+
+class Leak(Protocol):
+    """What grouping reads of a leak record (``report.LeakRecord`` has it all)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def summary(self) -> str: ...
+    @property
+    def nbytes(self) -> int | None: ...
+    @property
+    def retained_by(self) -> str | None: ...
+    @property
+    def slot(self) -> str | None: ...
+    @property
+    def allowed(self) -> bool: ...
+    @property
+    def destroyed(self) -> bool: ...
+    @property
+    def root(self) -> str | None: ...
+    @property
+    def holder_kind(self) -> str | None: ...
+
 
 #: How links are joined in a chain's text (``explain.render_chain``).
 LINK = " -> "
@@ -97,11 +118,11 @@ def _runs(numbers: Sequence[int]) -> list[tuple[int, int]]:
 class LeakGroup:
     """Leaks of one scope held the same way but for their slot in the last container."""
 
-    members: tuple[LeakRecord, ...]
+    members: tuple[Leak, ...]
     """The records, in report order."""
 
     @property
-    def first(self) -> LeakRecord:
+    def first(self) -> Leak:
         """The first record (all a group of one is)."""
         return self.members[0]
 
@@ -137,7 +158,7 @@ class LeakGroup:
         return f"{parts[0]}{LINK}{describe_slots(slots)}{LINK}{parts[1]}"
 
 
-def _around_slot(record: LeakRecord) -> tuple[str, str] | None:
+def _around_slot(record: Leak) -> tuple[str, str] | None:
     """A traced record's holder line before and after its slot; None without a slot."""
     if record.retained_by is None or record.slot is None:
         return None
@@ -145,7 +166,7 @@ def _around_slot(record: LeakRecord) -> tuple[str, str] | None:
     return (head, tail) if separator else None
 
 
-def group_records(records: Sequence[LeakRecord]) -> list[LeakGroup]:
+def group_records(records: Sequence[Leak]) -> list[LeakGroup]:
     """The records of one scope, grouped; groups in the order of their first record.
 
     Records join one group when they are of one kind, allowed and cut off alike, and held by
@@ -153,7 +174,7 @@ def group_records(records: Sequence[LeakRecord]) -> list[LeakGroup]:
     traced and they read the same. Fewer than ``GROUP_MIXED_FROM`` that read differently stay
     apart.
     """
-    groups: dict[tuple[object, ...], list[LeakRecord]] = {}
+    groups: dict[tuple[object, ...], list[Leak]] = {}
     for record in records:
         parts = _around_slot(record)
         holder: tuple[str, ...]
@@ -189,7 +210,15 @@ def holders_of_run(tests: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 continue
             root = leak.get("root") or _unrooted(leak.get("retained_by"))
             entry = holders.setdefault(
-                root, {"root": root, "objects": 0, "nbytes": 0, "kinds": {}, "tests": []}
+                root,
+                {
+                    "root": root,
+                    "holder": leak.get("holder_kind"),
+                    "objects": 0,
+                    "nbytes": 0,
+                    "kinds": {},
+                    "tests": [],
+                },
             )
             entry["objects"] += 1
             entry["nbytes"] += leak.get("nbytes") or 0
@@ -214,7 +243,8 @@ def _unrooted(retained_by: object) -> str:
 
 
 def holder_line(holder: Mapping[str, Any], *, most_tests: int = 3) -> str:
-    """One line for one of ``holders_of_run``'s entries: what it keeps, in which tests."""
+    """The lines for one of ``holders_of_run``'s entries: what it keeps, in which tests, and
+    what kind of holder it is."""
     kinds = ", ".join(
         f"{count} {kind}{'' if count == 1 else 's'}"
         for kind, count in sorted(holder["kinds"].items(), key=lambda item: -item[1])
@@ -224,7 +254,6 @@ def holder_line(holder: Mapping[str, Any], *, most_tests: int = 3) -> str:
     if len(tests) > most_tests:
         named += f" and {len(tests) - most_tests} more"
     noun = "test" if len(tests) == 1 else "tests"
-    return (
-        f"{holder['root']}: {kinds} ({format_bytes(holder['nbytes'])}) "
-        f"in {len(tests)} {noun}: {named}"
-    )
+    line = f"{holder['root']}: {kinds} ({format_bytes(holder['nbytes'])}) in {len(tests)} {noun}"
+    kind = f"\n    holder: {holder['holder']}" if holder.get("holder") else ""
+    return f"{line}: {named}{kind}"

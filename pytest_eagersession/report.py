@@ -79,6 +79,8 @@ class LeakRecord:
     """What the holder's chain starts at (a module's global, a library's cache); None untraced."""
     slot: str | None = None
     """The index or key it sits at in its last container (``[14]``, ``['a']``), if it does."""
+    holder_kind: str | None = None
+    """What kind of holder the root is (the test module's state, a library's cache, ...)."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON report's fields for this leak."""
@@ -176,6 +178,7 @@ def build_records(
                 destroyed=destroyed,
                 root=None if chain is None else root_of(chain),
                 slot=None if chain is None else slot_of(chain),
+                holder_kind=None if explanation is None else explanation.holder,
             )
         )
     graphs.clear()
@@ -219,11 +222,15 @@ def render(
         f"that outlived its {scope} scope (cleanup strategy {strategy}):"
     ]
     groups = group_records(records)
+    told: set[str | None] = set()
     for number, group in enumerate(groups, start=1):
         lines.append(f"  {number}. {group.headline()}")
         held_by = group.held_by()
         if held_by is not None:
             lines.append(f"     {held_by if full_chains else shorten(held_by)}")
+        if group.first.holder_kind is not None and group.first.root not in told:
+            told.add(group.first.root)  # once a root: the entries after it name it again
+            lines.append(f"     holder: {group.first.holder_kind}")
     unexplained = sum(1 for record in records if record.retained_by is None)
     if unexplained and any(record.retained_by is not None for record in records):
         lines.append(f"  ({unexplained} more not traced: {advice.untraced} limits how many are)")

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+import tensorflow  # noqa: F401  (imported before the inner runs: they would import it again)
 from support import run_inner
 
 from pytest_eagersession.grouping import (
@@ -177,6 +178,7 @@ def test_the_run_tells_each_root_once() -> None:
     assert holders == [
         {
             "root": "mod.KEPT (list)",
+            "holder": None,
             "objects": 4,
             "nbytes": 4 << 20,
             "kinds": {"tensor": 4},
@@ -184,6 +186,7 @@ def test_the_run_tells_each_root_once() -> None:
         },
         {
             "root": "not traced",
+            "holder": None,
             "objects": 1,
             "nbytes": 1 << 20,
             "kinds": {"tensor": 1},

@@ -818,6 +818,7 @@ LEAK_FIELDS = {
     "allowed",
     "root",
     "slot",
+    "holder_kind",
 }
 
 
@@ -875,6 +876,8 @@ def test_json_report(pytester: pytest.Pytester) -> None:
         "destroyed": False,
         "root": "test_json._CACHE (list)",
         "slot": "[0]",
+        "holder_kind": "the test module's own state; clear it in a fixture, or monkeypatch a "
+        "fresh one for each test",
     }
 
     tracked = tests["test_json.py::test_tracked"]
@@ -895,6 +898,8 @@ def test_json_report(pytester: pytest.Pytester) -> None:
     assert json.loads(out.read_text())["holders"] == [
         {
             "root": "test_json._TRACKED (list)",
+            "holder": "the test module's own state; clear it in a fixture, or monkeypatch a "
+            "fresh one for each test",
             "objects": 1,
             "nbytes": 12,
             "kinds": {"tensor": 1},
@@ -902,6 +907,8 @@ def test_json_report(pytester: pytest.Pytester) -> None:
         },
         {
             "root": "test_json._CACHE (list)",
+            "holder": "the test module's own state; clear it in a fixture, or monkeypatch a "
+            "fresh one for each test",
             "objects": 1,
             "nbytes": 8,
             "kinds": {"tensor": 1},

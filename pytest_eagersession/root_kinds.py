@@ -1,0 +1,91 @@
+"""What kind of holder a chain's root is, in words a reader recognises, and how to clear it.
+
+A chain names its root by a module path (``keras.src.saving.object_registration``) or a frame;
+this says whose state that is: the test module's own, the user's other code, a third-party
+library's (named by its distribution), TensorFlow's or Keras's, a running thread's or function's
+locals, pytest's. Only text is kept: the distribution names, cached by top-level package.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+import types
+from collections.abc import Sequence
+from typing import Any
+
+from pytest_eagersession.holders import Root
+
+#: Whose state a TensorFlow-side module is, by its top-level package.
+_FRAMEWORKS = {
+    "tensorflow": "TensorFlow's",
+    "keras": "Keras's",
+    "tf_keras": "Keras's",
+    "tensorboard": "TensorBoard's",
+}
+_THREAD = "thread "
+
+
+def describe_root(root: Root, chain: Sequence[Any], first_link: str) -> str:
+    """One line: what kind of holder ``root`` is, and how to clear it where that is known.
+
+    ``chain`` is the walk's (the root first), ``first_link`` its rendered first link
+    (``mod.CACHE (dict)``); the line does not repeat it, the chain above it names it.
+    """
+    where = first_link.split(" (", 1)[0]
+    if root.kind == "framework":
+        return "pytest's state: kept until the end of the run"
+    if root.kind == "frame":
+        if root.name.startswith(_THREAD):
+            thread = root.name[len(_THREAD) :].split(": ", 1)[0]
+            return f"a local variable of the running thread {thread!r}"
+        return "a local variable of a function still running"
+    module = root.obj if isinstance(root.obj, types.ModuleType) else None
+    name = module.__name__ if module is not None else root.name
+    held = chain[1] if len(chain) > 1 else None
+    hint = _clear_hint(where, held)
+    top = name.split(".", 1)[0]
+    if top in _FRAMEWORKS:
+        return f"{_FRAMEWORKS[top]} state{hint}"
+    path = getattr(module, "__file__", None) or ""
+    library = _distribution(top) if _installed(path) else None
+    if library is not None:
+        return f"a module-level cache or registry of the library {library}{hint}"
+    base = os.path.basename(path)
+    if base == "conftest.py":
+        kind = "a conftest.py's module state"
+    elif base.startswith("test_") or base.endswith("_test.py"):
+        kind = "the test module's own state"
+    else:
+        kind = "module state of the code under test"
+    if not hint and isinstance(held, (dict, list, set)):
+        hint = "; clear it in a fixture, or monkeypatch a fresh one for each test"
+    return f"{kind}{hint}"
+
+
+def _clear_hint(where: str, held: object) -> str:
+    if isinstance(held, functools._lru_cache_wrapper):
+        return f"; {where}.cache_clear() empties it"
+    return ""
+
+
+def _installed(path: str) -> bool:
+    return bool(path) and any(
+        part in ("site-packages", "dist-packages") for part in path.split(os.sep)
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _distribution(top: str) -> str | None:
+    """The installed distribution that provides the top-level package ``top`` (text only)."""
+    names = _packages().get(top)
+    return names[0] if names else None
+
+
+@functools.lru_cache(maxsize=1)
+def _packages() -> dict[str, list[str]]:
+    try:
+        return dict(importlib.metadata.packages_distributions())
+    except Exception:  # broken metadata of some installed package: name no library
+        return {}

@@ -1,0 +1,131 @@
+"""Each leak's holder is said in words: whose state its chain's root is, and how to clear it."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import types
+
+import pytest
+import tensorflow  # noqa: F401  (imported before the inner runs: they would import it again)
+from support import run_inner
+
+from pytest_eagersession import root_kinds
+from pytest_eagersession.holders import Root
+from pytest_eagersession.root_kinds import describe_root
+
+
+def module(name: str, path: str) -> types.ModuleType:
+    made = types.ModuleType(name)
+    made.__file__ = path
+    return made
+
+
+def module_root(name: str, path: str, held: object) -> tuple[Root, list[object], str]:
+    mod = module(name, path)
+    return Root(name, mod, "module"), [mod, held], f"{name}.CACHE ({type(held).__name__})"
+
+
+@pytest.fixture
+def fake_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fakelib`` is installed by the distribution ``fake-lib``."""
+    monkeypatch.setattr(root_kinds, "_packages", lambda: {"fakelib": ["fake-lib"]})
+    root_kinds._distribution.cache_clear()
+    yield
+    root_kinds._distribution.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "held", "said"),
+    [
+        (
+            "test_x",
+            "/repo/tests/test_x.py",
+            [],
+            "the test module's own state; clear it in a fixture, or monkeypatch a fresh one "
+            "for each test",
+        ),
+        ("x_test", "/repo/x_test.py", object(), "the test module's own state"),
+        ("conftest", "/repo/tests/conftest.py", object(), "a conftest.py's module state"),
+        ("app.models", "/repo/app/models.py", object(), "module state of the code under test"),
+        ("keras.src.saving.x", "/v/lib/site-packages/keras/src/x.py", {}, "Keras's state"),
+        ("tensorflow.python.x", "/v/lib/site-packages/tensorflow/x.py", {}, "TensorFlow's state"),
+        (
+            "fakelib.cache",
+            "/v/lib/python3.11/site-packages/fakelib/cache.py",
+            object(),
+            "a module-level cache or registry of the library fake-lib",
+        ),
+        (
+            "unknownlib",  # installed, but no distribution says it provides it
+            "/v/lib/python3.11/dist-packages/unknownlib.py",
+            object(),
+            "module state of the code under test",
+        ),
+    ],
+)
+def test_a_modules_state_is_named_by_whose_it_is(
+    fake_library: None, name: str, path: str, held: object, said: str
+) -> None:
+    assert describe_root(*module_root(name, path, held)) == said
+
+
+def test_an_lru_cache_says_how_to_empty_it(fake_library: None) -> None:
+    @functools.lru_cache
+    def encoding(n: int) -> list[int]:
+        return [n]
+
+    root, chain, _ = module_root("fakelib", "/v/site-packages/fakelib/__init__.py", encoding)
+    said = describe_root(root, chain, "fakelib.encoding (_lru_cache_wrapper)")
+    assert said == (
+        "a module-level cache or registry of the library fake-lib; "
+        "fakelib.encoding.cache_clear() empties it"
+    )
+
+
+def test_frames_and_pytest_are_named() -> None:
+    frame = sys._getframe()
+    thread = Root("thread prefetcher: frame of run (t.py:3)", frame, "frame")
+    assert describe_root(thread, [frame], "x") == (
+        "a local variable of the running thread 'prefetcher'"
+    )
+    running = Root("frame of test_x (t.py:3)", frame, "frame")
+    assert describe_root(running, [frame], "x") == "a local variable of a function still running"
+    cleanup = Root("pytest's config.add_cleanup callbacks", [], "framework")
+    assert describe_root(cleanup, [[]], "x") == "pytest's state: kept until the end of the run"
+
+
+LIBRARY_SUITE = """
+    import tensorflow as tf
+    import fakelib
+
+    def test_cached_by_a_library():
+        fakelib.REGISTRY["weights"] = tf.ones([4])
+"""
+
+
+def test_a_library_cache_is_named_in_the_report(pytester: pytest.Pytester) -> None:
+    site = pytester.path / "lib" / "site-packages"
+    (site / "fakelib").mkdir(parents=True)
+    (site / "fakelib" / "__init__.py").write_text("REGISTRY = {}\n")
+    info = site / "fake_lib-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-lib\nVersion: 1.0\n")
+    (info / "top_level.txt").write_text("fakelib\n")
+    pytester.syspathinsert(site)
+    root_kinds._packages.cache_clear()  # the distributions are listed again, with this one
+    root_kinds._distribution.cache_clear()
+    pytester.makepyfile(test_lib=LIBRARY_SUITE)
+    try:
+        result = run_inner(pytester)
+    finally:
+        sys.modules.pop("fakelib", None)
+        root_kinds._packages.cache_clear()
+        root_kinds._distribution.cache_clear()
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*held by fakelib.REGISTRY (dict) -> [[]'weights'] -> EagerTensor",
+            "     holder: a module-level cache or registry of the library fake-lib",
+        ]
+    )
