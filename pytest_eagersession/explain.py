@@ -26,6 +26,7 @@ from pytest_eagersession._tf.state import (
 from pytest_eagersession._tf.tracing import function_label
 from pytest_eagersession.holders import (
     Root,
+    context_roots,
     frame_name,
     module_roots,
     thread_roots,
@@ -170,7 +171,7 @@ def explain_all(
     tiers = [
         [Root(frame_name(frame), frame, "frame") for frame in stack],
         [root for root in modules if not root.internal],
-        thread_roots(),
+        [*thread_roots(), *context_roots()],
         list(framework),
         [root for root in modules if root.internal],
     ]

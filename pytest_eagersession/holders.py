@@ -61,7 +61,7 @@ class Root:
     obj: object
     """A module, a running frame, or an object of the test framework's."""
     kind: str
-    """``"module"``, ``"frame"`` or ``"framework"``."""
+    """``"module"``, ``"frame"``, ``"context"`` (context variables) or ``"framework"``."""
     internal: bool = False
     """TensorFlow's or Keras's own state."""
 
@@ -128,6 +128,28 @@ def thread_roots() -> list[Root]:
             Root(f"thread {name}: {frame_name(frame)}", frame, "frame") for frame in frames
         )
     return roots
+
+
+def context_roots() -> list[Root]:
+    """The values of the calling thread's context variables (``contextvars``), by name.
+
+    A value set with ``ContextVar.set`` lives in the thread's context, which no Python object
+    refers to: without this root it would have no Python holder. The root is a dict made for
+    the walk (``{name: value}``), dropped with it.
+    """
+    import contextvars
+
+    values: dict[str, object] = {}
+    for variable, value in contextvars.copy_context().items():
+        name = variable.name
+        while name in values:  # two variables of one name: both are roots
+            name += "'"
+        values[name] = value
+    return [Root(CONTEXT_VARIABLES, values, "context")] if values else []
+
+
+#: How a chain from the calling thread's context variables begins.
+CONTEXT_VARIABLES = "the thread's context variables"
 
 
 def frame_name(frame: types.FrameType) -> str:

@@ -36,6 +36,11 @@ def describe_root(root: Root, chain: Sequence[Any], first_link: str) -> str:
     where = first_link.split(" (", 1)[0]
     if root.kind == "framework":
         return "pytest's state: kept until the end of the run"
+    if root.kind == "context":
+        return (
+            "a context variable of this thread (contextvars): reset it with the token its "
+            "set() returned"
+        )
     if root.kind == "frame":
         if root.name.startswith(_THREAD):
             thread = root.name[len(_THREAD) :].split(": ", 1)[0]

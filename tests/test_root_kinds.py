@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import sys
 import types
@@ -129,3 +130,34 @@ def test_a_library_cache_is_named_in_the_report(pytester: pytest.Pytester) -> No
             "     holder: a module-level cache or registry of the library fake-lib",
         ]
     )
+
+
+CONTEXT_SUITE = """
+    import contextvars
+    import tensorflow as tf
+
+    CURRENT_BATCH = contextvars.ContextVar("current_batch")
+
+    def test_kept_in_a_context_variable():
+        CURRENT_BATCH.set(tf.ones([8]))
+
+    def test_reset_in_time():
+        token = CURRENT_BATCH.set(tf.ones([8]))
+        CURRENT_BATCH.reset(token)
+"""
+
+
+def test_a_context_variables_value_has_a_python_holder(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_context=CONTEXT_SUITE)
+    # In a context of its own: what the inner run sets stays out of this test's.
+    result = contextvars.copy_context().run(run_inner, pytester, "-p", "no:randomly")
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_kept_in_a_context_variable leaked 1 TensorFlow object*",
+            "     held by the thread's context variables -> [[]'current_batch'] -> EagerTensor",
+            "     holder: a context variable of this thread (contextvars): reset it with the "
+            "token its set() returned",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*no Python holder*")
