@@ -350,6 +350,55 @@ def read_leaks(path: Path) -> dict[str, list[dict[str, Any]]]:
     return leaks
 
 
+def read_profile(path: Path, slowest: int = 5) -> dict[str, Any]:
+    """Where the plugin's time went (the JSON report's ``timings``): per phase over the run,
+    split between tests that leaked and the others, and the tests it cost most."""
+    if not path.is_file():
+        return {}
+    tests = json.loads(path.read_text(encoding="utf-8")).get("tests", [])
+    phases: dict[str, dict[str, float]] = {}
+    per_test = []
+    for test in tests:
+        timings = test.get("timings") or {}
+        side = "leaking" if test.get("leaks") else "clean"
+        for phase, seconds in timings.items():
+            sums = phases.setdefault(phase, {"clean": 0.0, "leaking": 0.0})
+            sums[side] += seconds
+        per_test.append((sum(timings.values()), test["nodeid"], timings))
+    per_test.sort(key=lambda item: -item[0])
+    return {
+        "tests": len(tests),
+        "leaking_tests": sum(1 for test in tests if test.get("leaks")),
+        "phases_s": {
+            phase: {side: round(value, 3) for side, value in sums.items()}
+            for phase, sums in phases.items()
+        },
+        "slowest": [
+            {"nodeid": nodeid, "total_s": round(total, 3), "timings": timings}
+            for total, nodeid, timings in per_test[:slowest]
+        ],
+    }
+
+
+def print_profile(profile: dict[str, Any], wall_s: float) -> None:
+    """The plugin's time by phase, and the tests it cost most."""
+    if not profile:
+        return
+    phases = profile["phases_s"]
+    total = sum(sum(sides.values()) for sides in phases.values())
+    print(
+        f"\n== the plugin's time by phase: {total:.1f} s of the {wall_s:.1f} s run "
+        f"({profile['tests']} tests, {profile['leaking_tests']} leaking)"
+    )
+    print(f"   {'phase':<8} {'clean tests':>12} {'leaking tests':>14}")
+    for phase, sides in phases.items():
+        print(f"   {phase:<8} {sides['clean']:>11.2f}s {sides['leaking']:>13.2f}s")
+    print("   the tests it cost most:")
+    for test in profile["slowest"]:
+        parts = ", ".join(f"{phase} {seconds:.3f}" for phase, seconds in test["timings"].items())
+        print(f"   {test['total_s']:.3f} s  {test['nodeid']} ({parts})")
+
+
 def gate_paths() -> list[str]:
     """Every test file of the gate, relative to realsuite/, in the order they run."""
     return [f"{STAGE.name}/{KERAS_PACKAGE}/{name}" for name in KERAS_TEST_FILES] + list(
@@ -713,6 +762,10 @@ def main(argv: Sequence[str]) -> int:
             for run in runs
         },
     }
+    if on is not None:
+        profile = read_profile(STAGE / "results" / "eagersession-on.json")
+        print_profile(profile, on.wall_s)
+        figures["profile"] = profile
     if off is not None and on is not None:
         wall_ratio = on.wall_s / off.wall_s
         cpu_ratio = on.cpu_s / off.cpu_s if off.cpu_s else float("nan")

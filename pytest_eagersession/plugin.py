@@ -12,6 +12,7 @@ import functools
 import inspect
 import json
 import sys
+import time
 import traceback
 from collections.abc import Generator
 from typing import Any
@@ -170,10 +171,12 @@ class TestSessions:
             with contextlib.suppress(Exception, pytest.fail.Exception):
                 yield
             pytest.fail(message, pytrace=False)
+        started = time.perf_counter()
         session = options_for(policy).build()
-        item.stash[STATE_KEY] = ItemState(policy=policy, session=session)
+        state = item.stash[STATE_KEY] = ItemState(policy=policy, session=session)
         self._open = session
         session.activate()
+        state.timed("open", started)
         return (yield)
 
     @pytest.hookimpl(wrapper=True)
@@ -233,7 +236,12 @@ class TestSessions:
             errors: list[Exception] = []
             with _collect_failures(failures, errors):
                 self._finish(item, teardown_failed=teardown_failed)
+            state = item.stash.get(STATE_KEY, None)
+            judged = state.judging_seconds() if state is not None else 0.0
+            started = time.perf_counter()
             self._scopes.close_deferred(item, lambda: _collect_failures(failures, errors))
+            if state is not None:  # the scopes' leaks were timed as explain and report
+                state.timed("scopes", started + state.judging_seconds() - judged)
             if teardown_failed or errors:
                 state = item.stash.get(STATE_KEY, None)
                 if state is not None:
@@ -281,7 +289,9 @@ class TestSessions:
         if session.closed:
             return
         _clear_last_traceback()
+        started = time.perf_counter()
         survivors = session.close()
+        state.timed("close", started)
         if session is self._open:
             self._open = None  # closed: nothing left for the end of the run
         if policy.leaks is LeakMode.OFF:

@@ -7,6 +7,7 @@ test fails, warns or passes as its policy says. Nothing here keeps a leaked obje
 
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,16 @@ class ItemState:
     """Leaks that TensorFlow's own known leaks still keep."""
     leaked: bool = False
     """The teardown fails because of leaks (and for no other reason)."""
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds the plugin spent on the test, by phase (``PHASES``)."""
+
+    def timed(self, phase: str, started: float) -> None:
+        """Add the time since ``started`` (``time.perf_counter()``) to ``phase``."""
+        self.timings[phase] = self.timings.get(phase, 0.0) + time.perf_counter() - started
+
+    def judging_seconds(self) -> float:
+        """The time spent on explaining and reporting leaks so far."""
+        return self.timings.get("explain", 0.0) + self.timings.get("report", 0.0)
 
     def to_json(self) -> dict[str, Any]:
         """The test's entry of the JSON report, less its outcome."""
@@ -57,8 +68,15 @@ class ItemState:
             "stats": _stats_json(self.session),
             "leaks": [record.to_json() for record in self.records],
             "retention": {"released": self.released, "kept": self.kept},
+            "timings": {phase: round(self.timings.get(phase, 0.0), 6) for phase in PHASES},
             **self.measured,
         }
+
+
+#: Where the plugin's time on a test goes: opening and activating its session; closing it,
+#: with the survivor check; finding who holds its leaks (and cutting them off); writing the
+#: report; closing the wider scopes that end with it.
+PHASES = ("open", "close", "explain", "report", "scopes")
 
 
 #: Each item's ``ItemState``; pytest keeps every item to the end of the run, so the plugin
@@ -90,6 +108,8 @@ def judge(
     if test_failed or not (leaks or retention):
         return
     graph_errors: list[str] = []
+    state = state_of(item)
+    started = time.perf_counter()
     records = build_records(
         leaks,
         scope,
@@ -104,7 +124,8 @@ def judge(
         advice=PYTEST_ADVICE,
     )
     del leaks
-    state = state_of(item)
+    state.timed("explain", started)
+    started = time.perf_counter()
     state.records.extend(records)
     where = item.nodeid if scope == "function" else f"The {scope} of {item.nodeid}"
     texts = []
@@ -124,6 +145,7 @@ def judge(
     text = "\n".join(texts)
     for error in graph_errors:
         text += f"\nReference graphs not written to {settings.graphs_dir}: {error}"
+    state.timed("report", started)
     if policy.leaks is LeakMode.WARN:
         warnings.warn(EagerSessionLeakWarning(text), stacklevel=1)
     else:

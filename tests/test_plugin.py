@@ -23,7 +23,7 @@ from support import CHAIN_BUDGET, LEAKY, MARKER_SIGNATURE, STRATEGY_CHOICES, run
 from pytest_eagersession import SessionStats
 from pytest_eagersession.report import LeakRecord, render
 from pytest_eagersession.settings import OPTIONS, LeakMode, Settings, SettingsError, resolve
-from pytest_eagersession.verdicts import PYTEST_ADVICE
+from pytest_eagersession.verdicts import PHASES, PYTEST_ADVICE
 
 # The inner runs' TensorFlow objects are checked by the inner plugin. What they make outside
 # their own sessions (collection, parametrize values, the handles that replace destroyed ones)
@@ -849,11 +849,17 @@ def test_json_report(pytester: pytest.Pytester) -> None:
             "retention",
             "peak_bytes",
             "device_peak_bytes",
+            "timings",
         }
         assert set(entry["stats"]) == _stats_fields()
+        assert list(entry["timings"]) == list(PHASES)
+        assert all(seconds >= 0 for seconds in entry["timings"].values())
         assert all(isinstance(value, int) for value in entry["stats"].values())
 
     leak = tests["test_json.py::test_leak"]
+    # A leaking test's time goes to finding who holds its leak too; a clean one's does not.
+    assert leak["timings"]["explain"] > 0
+    assert tests["test_json.py::test_clean"]["timings"]["explain"] == 0
     assert leak["outcome"] == "error"
     assert leak["strategy"] == "in_background"
     assert len(leak["leaks"]) == 1
