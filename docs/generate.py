@@ -220,6 +220,8 @@ def produce() -> Produced:
     by_holder = leaked[: leaked.index("by test:")] if "by test:" in leaked else []
     snippets["run_summary_by_holder"] = normalize("\n".join([banner, *by_holder]))
     entry = next(test for test in tests if test["nodeid"] == CI_EXAMPLE)
+    # The plugin's own time moves from run to run: its phases are shown, not their figures.
+    entry["timings"] = dict.fromkeys(entry.get("timings", {}), "<seconds>")
     snippets["json_report"] = normalize(json.dumps(entry, indent=2))
     snippets["junit_properties"] = normalize(ci_properties)
     snippets["leak_summary"] = normalize(summary.stdout + f"(exit status {summary.returncode})\n")

@@ -145,11 +145,7 @@ def context_roots() -> list[Root]:
         while name in values:  # two variables of one name: both are roots
             name += "'"
         values[name] = value
-    return [Root(CONTEXT_VARIABLES, values, "context")] if values else []
-
-
-#: How a chain from the calling thread's context variables begins.
-CONTEXT_VARIABLES = "the thread's context variables"
+    return [Root("the thread's context variables", values, "context")] if values else []
 
 
 def frame_name(frame: types.FrameType) -> str:

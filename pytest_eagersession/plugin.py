@@ -290,7 +290,8 @@ class TestSessions:
             return
         _clear_last_traceback()
         started = time.perf_counter()
-        survivors = session.close()
+        reach = self._scopes.kept_elsewhere()
+        survivors = session.close(kept_elsewhere=reach)
         state.timed("close", started)
         if session is self._open:
             self._open = None  # closed: nothing left for the end of the run
@@ -301,7 +302,7 @@ class TestSessions:
             item,
             "function",
             session,
-            self._scopes.unclaimed(survivors),
+            self._scopes.unclaimed(survivors, reach),
             policy,
             self._settings,
             test_failed=state.call_failed or teardown_failed,

@@ -23,6 +23,31 @@ from pytest_eagersession.verdicts import judge
 WIDER_SCOPES = ("class", "module", "package", "session")
 
 
+class Reach:
+    """What each wider scope's fixture values reach, found on the first question (ids only)."""
+
+    def __init__(self, scopes: list[tuple[EagerSession, list[object]]]) -> None:
+        self.scopes = scopes
+        self._sets: list[set[int]] | None = None
+
+    @property
+    def looked(self) -> bool:
+        """Whether the reach was found (a survivor was asked about)."""
+        return self._sets is not None
+
+    def sets(self) -> list[set[int]]:
+        """The ids each scope's values reach, in ``scopes``' order."""
+        if self._sets is None:
+            from pytest_eagersession.fixture_values import reachable_ids
+
+            self._sets = [reachable_ids(values) for _, values in self.scopes]
+        return self._sets
+
+    def __call__(self, survivor: Any) -> bool:
+        obj = survivor.ref() if survivor.ref is not None else None
+        return obj is not None and any(id(obj) in reached for reached in self.sets())
+
+
 class ScopeSessions:
     """The open sessions of the wider scopes, and what their fixtures' values reach.
 
@@ -104,30 +129,52 @@ class ScopeSessions:
             with collect():
                 self._close(key, scope, item)
 
-    def unclaimed(self, survivors: tuple[Any, ...]) -> list[Any]:
+    def kept_elsewhere(self) -> Reach | None:
+        """Whether an open wider scope's fixture value reaches a survivor; None without such
+        values. Pass it to ``unclaimed`` for the same survivors: what it said is reached is
+        handed over from the same look (a prefetcher's batch in flight must not be reached at
+        one moment and missed at the next)."""
+        reach = Reach(self._scoped_values())
+        return reach if reach.scopes else None
+
+    def unclaimed(self, survivors: tuple[Any, ...], reach: Reach | None = None) -> list[Any]:
         """The survivors no open wider scope takes over, none allows, and still alive.
 
         Sessions are built not to destroy their survivors on close: what a wider-scoped
         fixture's value holds must be handed over to that scope intact, and the report decides
         which leaks are certain enough to destroy.
         """
-        keys = [key for key in self._sessions if self._values.get(key)]
-        if keys:
-            from pytest_eagersession.fixture_values import adopt_held, named_globals
+        from pytest_eagersession.fixture_values import adopt_held
 
-            scopes = [
-                (
-                    self._sessions[key][0],
-                    [*self._values[key], *named_globals(self._named.get(key, []))],
-                )
-                for key in keys
-            ]
-            survivors = adopt_held(survivors, scopes)
+        if reach is not None and reach.looked:
+            # What the survivor check was told is reached, from that look; the rest (made or
+            # moved since, as a whole collection ran) from a look now.
+            survivors = adopt_held(survivors, reach.scopes, reach.sets())
+        del reach
+        now = Reach(self._scoped_values())
+        if now.scopes and survivors:
+            survivors = adopt_held(survivors, now.scopes, now.sets())
+        del now
         # One that died since the check was in flight (in a wider scope's thread): no leak.
         return [
             survivor
             for survivor in survivors
             if not survivor.allowed and (survivor.ref is None or survivor.ref() is not None)
+        ]
+
+    def _scoped_values(self) -> list[tuple[EagerSession, list[object]]]:
+        """Each open wider scope's session with its fixture values (and the globals named)."""
+        keys = [key for key in self._sessions if self._values.get(key)]
+        if not keys:
+            return []
+        from pytest_eagersession.fixture_values import named_globals
+
+        return [
+            (
+                self._sessions[key][0],
+                [*self._values[key], *named_globals(self._named.get(key, []))],
+            )
+            for key in keys
         ]
 
     def close_all(self) -> None:

@@ -342,17 +342,24 @@ class EagerSession:
 
     # ----------------------------------------------------------------- closing
 
-    def close(self) -> tuple[Survivor, ...]:
+    def close(
+        self, *, kept_elsewhere: Callable[[Survivor], bool] | None = None
+    ) -> tuple[Survivor, ...]:
         """Delete every resource still registered and stop the cleaner. A second call is a no-op.
 
         Returns the survivors: tracked objects still alive after the cleanup, as plain records.
-        Raises ``RuntimeError`` for the default session, which lives as long as the process.
+        ``kept_elsewhere`` tells the survivors the caller will hand to another owner (a wider
+        scope's session): like allowed ones, they do not make the check collect the whole heap
+        to see whether they are garbage. Raises ``RuntimeError`` for the default session, which
+        lives as long as the process.
         """
         if self._is_default:
             raise RuntimeError("Default eager session cannot be closed")
-        return self._close()
+        return self._close(kept_elsewhere)
 
-    def _close(self) -> tuple[Survivor, ...]:
+    def _close(
+        self, kept_elsewhere: Callable[[Survivor], bool] | None = None
+    ) -> tuple[Survivor, ...]:
         me = threading.get_ident()
         with self._lock:
             # A close that an exception cut short (KeyboardInterrupt, a timeout's signal, a
@@ -371,11 +378,11 @@ class EagerSession:
                 self._close_done.wait()
             return self._survivors or ()
         try:
-            return self._close_now()
+            return self._close_now(kept_elsewhere)
         finally:
             self._close_done.set()
 
-    def _close_now(self) -> tuple[Survivor, ...]:
+    def _close_now(self, kept_elsewhere: Callable[[Survivor], bool] | None) -> tuple[Survivor, ...]:
         if self._cleaner is not None:
             self._cleaner.request_stop()  # first: however close ends, the cleaner stops
         _OPEN_SESSIONS.discard(self)
@@ -401,7 +408,9 @@ class EagerSession:
             references.count_run()
             if tensorflow_ready():
                 tf_context.clear_caches(kernels=self._settings.clear_kernel_cache)
-                self._survivors = tuple(self._find_survivors(since=0, release=True))
+                self._survivors = tuple(
+                    self._find_survivors(since=0, release=True, kept_elsewhere=kept_elsewhere)
+                )
                 if self._settings.destroy_survivors:
                     survivors.destroy_resources(
                         survivor for survivor in self._survivors if not survivor.allowed
@@ -554,10 +563,16 @@ class EagerSession:
         """
         return self._check.released
 
-    def _find_survivors(self, since: int, *, release: bool = False) -> list[Survivor]:
+    def _find_survivors(
+        self,
+        since: int,
+        *,
+        release: bool = False,
+        kept_elsewhere: Callable[[Survivor], bool] | None = None,
+    ) -> list[Survivor]:
         if TRACKER.is_innermost(self):
             TRACKER.attribute()
-        return self._check.find(since, release=release)
+        return self._check.find(since, release=release, kept_elsewhere=kept_elsewhere)
 
 
 @atexit.register

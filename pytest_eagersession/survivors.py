@@ -125,6 +125,7 @@ def find(
     allow: AllowPredicate | None,
     generator_before: weakref.ref[Any] | None = None,
     retention: Retention | None = None,
+    kept_elsewhere: Callable[[Survivor], bool] | None = None,
 ) -> list[Survivor]:
     """The survivors among ``ownership``'s records; collects garbage only when some are alive.
 
@@ -135,8 +136,9 @@ def find(
     would be reported (neither allowed nor kept by TensorFlow) is the heap collected whole,
     since an old cycle may be what keeps it, and the survivors found again: TensorFlow's caches
     keep something after most tests that build models, and a whole collection with TensorFlow
-    loaded costs hundreds of milliseconds. A survivor that ``retention`` says TensorFlow keeps
-    is marked so.
+    loaded costs hundreds of milliseconds. Nor is one that ``kept_elsewhere`` says the caller
+    hands to another owner (a wider scope's fixture value reaches it). A survivor that
+    ``retention`` says TensorFlow keeps is marked so.
     """
     if not ownership.alive(since):
         return []
@@ -144,7 +146,10 @@ def find(
     if whole:  # no line drawn: the one collection is of the whole heap
         TRACKER.collect_whole()
     found = _survivors(ownership, since, is_detached, allow, generator_before, retention)
-    if not whole and any(not s.allowed and s.retention is None for s in found):
+    if not whole and any(
+        not s.allowed and s.retention is None and not (kept_elsewhere and kept_elsewhere(s))
+        for s in found
+    ):
         found = []  # weak references and text only, but nothing of theirs is needed now
         TRACKER.collect_whole()
         found = _survivors(ownership, since, is_detached, allow, generator_before, retention)
@@ -232,7 +237,13 @@ class SurvivorCheck:
         """What TensorFlow's known leaks kept and ``find(release=True)`` released, as text."""
         return tuple(self._released)
 
-    def find(self, since: int, *, release: bool = False) -> list[Survivor]:
+    def find(
+        self,
+        since: int,
+        *,
+        release: bool = False,
+        kept_elsewhere: Callable[[Survivor], bool] | None = None,
+    ) -> list[Survivor]:
         """The survivors newer than ``since``; first release TensorFlow's retention if asked."""
         retention = None
         if release and self._retention_mark is not None:
@@ -245,6 +256,7 @@ class SurvivorCheck:
             self._allow,
             generator_before=self._generator_before,
             retention=retention,
+            kept_elsewhere=kept_elsewhere,
         )
 
     def clear(self) -> None:
