@@ -105,7 +105,7 @@ def pytest_configure(config: pytest.Config) -> None:
     plugins = [
         (TestSessions(settings, scopes), _TESTS_PLUGIN),
         (scopes, _SCOPES_PLUGIN),
-        (RunSummary(config, settings.json_path), _SUMMARY_PLUGIN),
+        (RunSummary(config, settings.json_path, settings.most_memory), _SUMMARY_PLUGIN),
     ]
     for plugin, name in plugins:
         config.pluginmanager.register(plugin, name)
@@ -190,7 +190,7 @@ class TestSessions:
         policy = state.policy if state is not None else None
         if state is None or policy is None:
             return (yield)
-        json_wanted = self._settings.json_path is not None
+        json_wanted = self._settings.json_path is not None or self._settings.most_memory > 0
         if policy.max_traces is None and policy.max_bytes is None and not json_wanted:
             return (yield)
         checks = EagerChecks(

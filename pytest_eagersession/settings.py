@@ -116,6 +116,8 @@ class Settings:
     graphs_dir: str | None = None
     retention: str = "report"
     """What TensorFlow's own known leaks of a test's objects do: ``report`` apart, or ``fail``."""
+    most_memory: int = 0
+    """Tests in the end-of-run table of the highest peaks of tracked bytes (0: no table)."""
     full_chains: bool = False
     """Reports show every link of a long chain (``-v``); otherwise its root and last links."""
 
@@ -360,6 +362,16 @@ OPTIONS = (
         default="report",
         metavar="MODE",
         ini_help="report or fail for TensorFlow's own known leaks of a test's objects",
+    ),
+    Option(
+        "most_memory",
+        "most_memory",
+        "at the end of the run, a table of the N tests whose bodies peaked highest in tracked "
+        "TensorFlow bytes (default 0: none).",
+        parse_count,
+        default=0,
+        metavar="N",
+        ini_help="tests in the end-of-run table of the highest peaks of tracked bytes",
     ),
     Option(
         "json",

@@ -28,9 +28,10 @@ MOST_HOLDERS_SHOWN = 10
 class RunSummary:
     """Each test's outcome and leaks, collected from its reports; a pytest plugin."""
 
-    def __init__(self, config: pytest.Config, json_path: str | None) -> None:
+    def __init__(self, config: pytest.Config, json_path: str | None, most_memory: int = 0) -> None:
         self._config = config
         self._json_path = json_path
+        self._most_memory = most_memory
         self._results: dict[str, dict[str, Any]] = {}
         self._json_error: str | None = None
 
@@ -57,6 +58,7 @@ class RunSummary:
             if untested is not None:
                 terminalreporter.write_line(f"eagersession: WARNING: {untested}", yellow=True)
         self._summarize_retention(terminalreporter)
+        self._summarize_memory(terminalreporter)
         leaky = [entry for entry in self._results.values() if entry.get("leaks")]
         if not leaky:
             return
@@ -75,6 +77,29 @@ class RunSummary:
             total = sum(leak.get("nbytes") or 0 for leak in leaks)
             terminalreporter.write_line(
                 f"{entry['nodeid']}: {len(leaks)} leaked ({format_bytes(total)})"
+            )
+
+    def _summarize_memory(self, terminalreporter: Any) -> None:
+        """The tests whose bodies peaked highest in tracked bytes (``most_memory``)."""
+        if self._most_memory <= 0:
+            return
+        measured = [
+            entry for entry in self._results.values() if isinstance(entry.get("peak_bytes"), int)
+        ]
+        measured.sort(key=lambda entry: (-entry["peak_bytes"], entry["nodeid"]))
+        shown = measured[: self._most_memory]
+        terminalreporter.section(
+            f"eagersession: the {len(shown)} tests with the highest peak of tracked bytes"
+        )
+        if not shown:
+            terminalreporter.write_line("no test body was measured")
+            return
+        terminalreporter.write_line(f"{'peak':>10} {'GPU peak':>10}  test")
+        for entry in shown:
+            devices = entry.get("device_peak_bytes") or {}
+            gpu = format_bytes(max(devices.values())) if devices else "-"
+            terminalreporter.write_line(
+                f"{format_bytes(entry['peak_bytes']):>10} {gpu:>10}  {entry['nodeid']}"
             )
 
     def _summarize_retention(self, terminalreporter: Any) -> None:
