@@ -148,9 +148,9 @@ class Cleaner:
 
     It blocks on the session's garbage queue and deletes each reference whose referent died.
     While its session owns new objects it also looks at them (``GarbageWatch``) between items:
-    every ``LOOK_INTERVAL_S[0]`` while their bytes grow,
-    backing off to ``LOOK_INTERVAL_S[1]`` once they did not for ``QUIET_S``, and never spending
-    more than a ``LOOK_DUTY``-th of its time listing.
+    every ``LOOK_INTERVAL_S[0]`` while their bytes grow, backing off to ``LOOK_INTERVAL_S[1]``
+    once they did not for ``QUIET_S``, and never spending more than a ``LOOK_DUTY``-th of its
+    CPU time listing.
     """
 
     def __init__(self, owner: Owner, references: ReferenceRegistry, watch: GarbageWatch) -> None:

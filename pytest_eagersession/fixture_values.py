@@ -118,17 +118,16 @@ def named_globals(names: Iterable[tuple[str, str]]) -> list[object]:
 def adopt_held(
     survivors: Sequence[Survivor],
     scopes: Sequence[tuple[EagerSession, list[object]]],
-    reached_by: Sequence[set[int]] | None = None,
+    reached_by: Sequence[set[int]],
 ) -> tuple[Survivor, ...]:
     """Give each survivor a fixture value reaches to that value's session; return the rest.
 
-    ``reached_by`` is what each scope's values reach (``reachable_ids``), when already found.
+    ``reached_by`` is what each scope's values reach (``reachable_ids``), in ``scopes``' order.
     """
     remaining = list(survivors)
-    for index, (session, values) in enumerate(scopes):
+    for (session, values), reached in zip(scopes, reached_by, strict=True):
         if not remaining or session.closed or not values:
             continue
-        reached = reachable_ids(values) if reached_by is None else reached_by[index]
         kept = []
         for survivor in remaining:
             obj: Any = survivor.ref() if survivor.ref is not None else None

@@ -243,7 +243,7 @@ class TestSessions:
             if state is not None:  # the scopes' leaks were timed as explain and report
                 state.timed("scopes", started + state.judging_seconds() - judged)
             if teardown_failed or errors:
-                state = item.stash.get(STATE_KEY, None)
+                state = item.stash.get(STATE_KEY, None)  # a wider scope's verdict may make one
                 if state is not None:
                     state.leaked = False  # the teardown fails, but not (only) for leaks
             if teardown_failed:
