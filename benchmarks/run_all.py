@@ -180,6 +180,16 @@ def render(results: dict[str, Any], took: float) -> str:
         f"| TensorFlow's `assert_no_new_tensors` per test, same tests as `tf.test.TestCase` "
         f"| {plugin['tensorflow']['per_test_ms']:.0f} ms: ours is {plugin['ratio']:.0f}x cheaper"
         f" | ≥ 200x: {verdict(plugin['ratio'] >= 200)} |",
+        *(
+            [
+                f"| measuring a test body's figures (peak bytes, objects made, traces: JSON "
+                f"report, most-memory table, JUnit XML, fail-on-increase), in-process "
+                f"| {plugin['figures']['figures_ms']:.3f} ms per test | ≤ 0.1 ms: "
+                f"{verdict(plugin['figures']['figures_ms'] <= 0.1)} |"
+            ]
+            if "figures" in plugin
+            else []
+        ),
         f"| per-op overhead, `IN_BACKGROUND` | {per_op['in_background'] * 100:+.1f}% "
         f"| ≤ 3%: {verdict(per_op['in_background'] <= 0.03)} |",
         f"| per-op overhead, `ON_SESSION_CLOSE` | {per_op['on_session_close'] * 100:+.1f}% "

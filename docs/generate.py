@@ -7,9 +7,11 @@ Every test under ``docs/examples`` runs once, under the plugin, in one pytest su
 ``-v``: every leak is traced, and each holder search may take 2 s). Tests named ``test_leaks_*``
 or ``test_fails_*`` must fail or error, the others must pass; the text of each failing one is
 written to ``docs/generated/<test name without test_>.txt``. The JSON and JUnit XML reports of
-the same run, a CI summary of the JSON, and ``registry_chain.py`` (run alone, without the
-plugin) give the other snippets. The texts are normalized so that they do not depend on the
-machine: paths are made relative to the repository, memory addresses and object ids replaced.
+the same run, its most-memory table, a CI summary of the JSON, ``registry_chain.py`` (run
+alone, without the plugin) and ``growing_suite.py`` (run twice, the second time failing on an
+increase of its peak) give the other snippets. The texts are normalized so that they do not
+depend on the machine: paths are made relative to the repository, memory addresses and object
+ids replaced.
 ``tests/test_docs.py`` checks that the committed texts are what the code prints today.
 """
 
@@ -35,6 +37,8 @@ FAILING_PREFIXES = ("test_leaks_", "test_fails_")
 FIRST_REPORT = "docs/examples/test_first_report.py::test_leaks_debugging_leftover"
 #: The test whose JSON and JUnit XML entries the plugin page shows.
 CI_EXAMPLE = "docs/examples/test_module_cache.py::test_leaks_normalizer_cache"
+#: The tests the end-of-run table of the highest peaks lists.
+MOST_MEMORY = 5
 
 _HEADER = re.compile(r"^_{3,} (?P<title>.+?) _{3,}$")
 _BANNER = re.compile(r"^={3,}( .* ={3,})?$")
@@ -143,6 +147,7 @@ def run_examples(folder: Path) -> tuple[str, Path, Path]:
         "-p",
         "no:cacheprovider",
         f"--eagersession-json={report_json}",
+        f"--eagersession-most-memory={MOST_MEMORY}",
         f"--junitxml={report_xml}",
     ]
     result = subprocess.run(
@@ -151,6 +156,31 @@ def run_examples(folder: Path) -> tuple[str, Path, Path]:
     if not report_json.exists():
         raise GenerationError(f"pytest wrote no report:\n{result.stdout}\n{result.stderr}")
     return result.stdout, report_json, report_xml
+
+
+def increase_report() -> str:
+    """``growing_suite.py`` run twice under ``--eagersession-fail-on-increase``: the second run's
+    failure and summary line."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / "test_growing.py").write_text((EXAMPLES / "growing_suite.py").read_text())
+        outputs = []
+        for batch in ("1024", "4096"):
+            result = subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "--eagersession-fail-on-increase"],
+                cwd=folder,
+                env=dict(environment(), BATCH=batch),
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            outputs.append(result.stdout)
+    first, second = outputs
+    if "2 passed" not in first or "1 failed, 1 passed" not in second:
+        raise GenerationError(f"growing_suite.py did not pass, then fail:\n{first}\n{second}")
+    [failure] = sections(second).values()
+    summary = [line for line in second.splitlines() if line.startswith("FAILED ")]
+    return normalize("\n".join([*failure, *summary]))
 
 
 def junit_properties(report_xml: Path, nodeid: str) -> str:
@@ -219,6 +249,10 @@ def produce() -> Produced:
     snippets["first_report_terminal"] = normalize("\n".join([*first, banner, *mine]))
     by_holder = leaked[: leaked.index("by test:")] if "by test:" in leaked else []
     snippets["run_summary_by_holder"] = normalize("\n".join([banner, *by_holder]))
+    snippets["most_memory_table"] = normalize(
+        "\n".join(banner_section(output, "highest peak of tracked bytes"))
+    )
+    snippets["fails_on_increase"] = increase_report()
     entry = next(test for test in tests if test["nodeid"] == CI_EXAMPLE)
     # The plugin's own time moves from run to run: its phases are shown, not their figures.
     entry["timings"] = dict.fromkeys(entry.get("timings", {}), "<seconds>")

@@ -21,6 +21,8 @@ import pytest
 
 from pytest_eagersession.assertions import EagerChecks
 from pytest_eagersession.kinds import tensorflow_ready
+from pytest_eagersession.peak_check import PeakCheck
+from pytest_eagersession.peaks import IncreaseRule
 from pytest_eagersession.scopes import ScopeSessions, marks, options_for
 from pytest_eagersession.session import EagerSession
 from pytest_eagersession.settings import (
@@ -53,6 +55,11 @@ SETTINGS_KEY = pytest.StashKey[Settings]()
 _TESTS_PLUGIN = "eagersession-manager"
 _SCOPES_PLUGIN = "eagersession-scopes"
 _SUMMARY_PLUGIN = "eagersession-summary"
+_PEAKS_PLUGIN = "eagersession-peaks"
+
+#: The JUnit XML properties of a measured test body's peaks, in bytes.
+PEAK_PROPERTY = "eagersession_peak_bytes"
+GPU_PEAK_PROPERTY = "eagersession_gpu_peak_bytes"
 
 #: Set (True) on a test's teardown report when leaks failed it; plain data, so xdist carries it.
 LEAKED_ATTRIBUTE = "eagersession_leaked"
@@ -71,6 +78,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 action="store_const",
                 const=True,
                 default=None,
+                help=option.help,
+            )
+        elif option.kind == "optional":
+            group.addoption(
+                option.flag,
+                dest=option.key,
+                nargs="?",
+                const=option.const,
+                default=None,
+                metavar=option.metavar,
                 help=option.help,
             )
         else:
@@ -101,12 +118,24 @@ def pytest_configure(config: pytest.Config) -> None:
     except SettingsError as error:
         raise pytest.UsageError(str(error)) from None
     config.stash[SETTINGS_KEY] = settings
+    peaks = None
+    if settings.fail_on_increase is not None:
+        peaks = PeakCheck(config, IncreaseRule(settings.fail_on_increase, settings.increase_floor))
+    # Each body's bytes and traces are measured when something reads them.
+    measure = (
+        peaks is not None
+        or settings.json_path is not None
+        or settings.most_memory > 0
+        or bool(getattr(config.option, "xmlpath", None))
+    )
     scopes = ScopeSessions(settings)
-    plugins = [
-        (TestSessions(settings, scopes), _TESTS_PLUGIN),
+    plugins: list[tuple[object, str]] = [
+        (TestSessions(settings, scopes, measure=measure, peaks=peaks), _TESTS_PLUGIN),
         (scopes, _SCOPES_PLUGIN),
         (RunSummary(config, settings.json_path, settings.most_memory), _SUMMARY_PLUGIN),
     ]
+    if peaks is not None:
+        plugins.append((peaks, _PEAKS_PLUGIN))
     for plugin, name in plugins:
         config.pluginmanager.register(plugin, name)
         config.add_cleanup(functools.partial(_unregister, config, plugin, name))
@@ -150,9 +179,18 @@ class TestSessions:
 
     __test__ = False  # not a test class, whatever its name
 
-    def __init__(self, settings: Settings, scopes: ScopeSessions) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        scopes: ScopeSessions,
+        *,
+        measure: bool = False,
+        peaks: PeakCheck | None = None,
+    ) -> None:
         self._settings = settings
         self._scopes = scopes
+        self._measure = measure
+        self._peaks = peaks
         self._open: EagerSession | None = None
         """The test session not closed yet: the end of the run closes it if teardown never comes."""
 
@@ -181,23 +219,25 @@ class TestSessions:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
-        """Count the body's tf.function traces and measure its peak bytes, against its limits.
+        """Count the body's tf.function traces and measure its peak bytes, against its limits
+        and against the last run's peak.
 
         Only the body: what fixtures make or trace, which depends on the order tests run in,
-        is not counted. Bytes are measured for the JSON report too, when one is written.
+        is not counted. Both are measured whenever a report reads them (the JSON report, the
+        most-memory table, JUnit XML, the comparison with the last run).
         """
         state = item.stash.get(STATE_KEY, None)
         policy = state.policy if state is not None else None
         if state is None or policy is None:
             return (yield)
-        json_wanted = self._settings.json_path is not None or self._settings.most_memory > 0
-        if policy.max_traces is None and policy.max_bytes is None and not json_wanted:
+        if policy.max_traces is None and policy.max_bytes is None and not self._measure:
             return (yield)
         checks = EagerChecks(
             max_traces=policy.max_traces,
             max_bytes=policy.max_bytes,
             leaks=False,  # the session's close reports leaks, after the fixtures' teardown
-            measure_bytes=json_wanted,
+            measure_bytes=self._measure,
+            count_traces=self._measure and tensorflow_ready(),  # a trace needs TensorFlow
             where=item.nodeid,
         ).start()
         try:
@@ -206,11 +246,13 @@ class TestSessions:
             checks.finish(check=False)
             state.measured = checks.to_json()
             raise
-        errors = checks.finish()
+        failures = [str(error) for error in checks.finish()]
         state.measured = checks.to_json()
         del checks
-        if errors:
-            pytest.fail("\n\n".join(str(error) for error in errors), pytrace=False)
+        if self._peaks is not None:
+            failures.extend(self._peaks.failures(item.nodeid, state.measured))
+        if failures:
+            pytest.fail("\n\n".join(failures), pytrace=False)
         return result
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -272,6 +314,7 @@ class TestSessions:
         if call.when == "teardown" and state is not None:
             del item.stash[STATE_KEY]  # pytest keeps every item to the end of the run
             report.user_properties.append((PROPERTY, json.dumps(state.to_json())))
+            report.user_properties.extend(_peak_properties(state.measured))
             for record in state.records:
                 text = record.summary
                 if record.retained_by:
@@ -367,6 +410,17 @@ def session_eager_session(request: pytest.FixtureRequest) -> EagerSession:
 
 
 # ----------------------------------------------------------------- helpers
+
+
+def _peak_properties(measured: dict[str, Any]) -> list[tuple[str, int]]:
+    """The body's peaks as JUnit XML properties (none where it was not measured)."""
+    properties = []
+    if isinstance(measured.get("peak_bytes"), int):
+        properties.append((PEAK_PROPERTY, measured["peak_bytes"]))
+    devices = measured.get("device_peak_bytes") or {}
+    if devices:
+        properties.append((GPU_PEAK_PROPERTY, max(devices.values())))
+    return properties
 
 
 def _clear_traceback_frames(tb: Any) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pytest_eagersession.explain import DEFAULT_BUDGET_S
+from pytest_eagersession.peaks import DEFAULT_FLOOR, DEFAULT_PERCENT, parse_percent
 from pytest_eagersession.sizes import parse_size
 from pytest_eagersession.strategies import ResourceCleanupStrategy
 from pytest_eagersession.survivors import AllowFilter, AllowPredicate, check_allow_filter
@@ -118,6 +119,10 @@ class Settings:
     """What TensorFlow's own known leaks of a test's objects do: ``report`` apart, or ``fail``."""
     most_memory: int = 0
     """Tests in the end-of-run table of the highest peaks of tracked bytes (0: no table)."""
+    fail_on_increase: float | None = None
+    """A test whose peak grew by more than this percentage since the last run fails (None: off)."""
+    increase_floor: int = DEFAULT_FLOOR
+    """Growth in bytes that never fails a test, whatever its percentage."""
     full_chains: bool = False
     """Reports show every link of a long chain (``-v``); otherwise its root and last links."""
 
@@ -151,8 +156,11 @@ class Option:
     verbose_default: Any = None
     """The default with ``-v``, where it differs."""
     metavar: str | None = None
-    kind: Literal["value", "flag", "list"] = "value"
-    """``flag``: the command line's takes no value; ``list``: it repeats, the ini key has lines."""
+    kind: Literal["value", "flag", "list", "optional"] = "value"
+    """``flag``: the command line's takes no value; ``list``: it repeats, the ini key has lines;
+    ``optional``: the command line's value may be left out (``const`` then)."""
+    const: str | None = None
+    """The value of an ``optional`` flag given alone."""
     ini_help: str | None = None
     """None: command line only."""
 
@@ -240,6 +248,20 @@ def parse_bytes(value: Any, where: str) -> int:
         return parse_size(value)
     except ValueError as error:
         raise SettingsError(f"{where}: {error}") from None
+
+
+def parse_increase(value: Any, where: str) -> float:
+    """A percentage of 0 or more (``10``, ``12.5``, ``10%``)."""
+    try:
+        return parse_percent(value)
+    except ValueError as error:
+        hint = ""
+        if isinstance(value, str) and os.path.exists(value.split("::")[0]):
+            hint = (
+                "; a path right after the flag is read as its percentage: write "
+                "--eagersession-fail-on-increase=10, or put the flag after the paths"
+            )
+        raise SettingsError(f"{where}: {error}{hint}") from None
 
 
 def parse_file_path(value: Any, where: str) -> str:
@@ -372,6 +394,28 @@ OPTIONS = (
         default=0,
         metavar="N",
         ini_help="tests in the end-of-run table of the highest peaks of tracked bytes",
+    ),
+    Option(
+        "fail_on_increase",
+        "fail_on_increase",
+        "fail a test whose body's peak of tracked TensorFlow bytes (or of a GPU's memory) grew "
+        f"by more than PERCENT (default {DEFAULT_PERCENT:g}) since the last run that recorded it, "
+        "in pytest's cache (--cache-clear forgets it); the first run only records.",
+        parse_increase,
+        metavar="PERCENT",
+        kind="optional",
+        const=f"{DEFAULT_PERCENT:g}",
+        ini_help="percentage a test's peak may grow by since the last run (blank: no check)",
+    ),
+    Option(
+        "increase_floor",
+        "increase_floor",
+        "growth of a peak that never fails a test, whatever its percentage "
+        "(default 1 MiB; tiny tests would flap).",
+        parse_bytes,
+        default=DEFAULT_FLOOR,
+        metavar="SIZE",
+        ini_help="growth of a peak in bytes that never fails a test (default 1 MiB)",
     ),
     Option(
         "json",

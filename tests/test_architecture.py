@@ -14,7 +14,7 @@ PACKAGE = ROOT / "pytest_eagersession"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 MAX_LINES = 600
 #: The modules that may import pytest: the plugin and what it registers.
-PYTEST_MODULES = {"plugin", "verdicts", "scopes", "summary"}
+PYTEST_MODULES = {"plugin", "verdicts", "scopes", "summary", "peak_check"}
 
 
 def module_name(path: Path) -> str:

@@ -849,6 +849,10 @@ def test_json_report(pytester: pytest.Pytester) -> None:
             "retention",
             "peak_bytes",
             "device_peak_bytes",
+            "end_bytes",
+            "objects_made",
+            "trace_count",
+            "traces",
             "timings",
         }
         assert set(entry["stats"]) == _stats_fields()
@@ -899,6 +903,12 @@ def test_json_report(pytester: pytest.Pytester) -> None:
     assert clean["outcome"] == "passed"
     assert clean["strategy"] == "in_background"
     assert clean["leaks"] == []
+    # The body's figures: the leaking test's constant is still alive at its end; the clean
+    # test's sum is counted (an op's output), its constant not (no op made it, and it died
+    # before any scan); neither traced.
+    assert (leak["peak_bytes"], leak["end_bytes"], leak["objects_made"]) == (8, 8, 1)
+    assert (clean["peak_bytes"], clean["end_bytes"], clean["objects_made"]) == (4, 0, 1)
+    assert (clean["trace_count"], clean["traces"]) == (0, [])
 
     # Each holder once, most bytes first, with what it keeps and the tests that left it.
     assert json.loads(out.read_text())["holders"] == [

@@ -8,13 +8,20 @@ from __future__ import annotations
 from pytest_eagersession import _tf
 from pytest_eagersession._tf.tracing import initialized_context
 
+#: The logical GPUs, listed once the context started (TensorFlow fixes them then).
+_GPUS: list[str] | None = None
+
 
 def gpu_devices() -> list[str]:
     """The logical GPU devices (``GPU:0``, ...); none without a GPU or before the context starts."""
-    if initialized_context() is None:
-        return []
-    tf = _tf.tensorflow()
-    return [device.name.split("device:", 1)[-1] for device in tf.config.list_logical_devices("GPU")]
+    global _GPUS
+    if _GPUS is None:
+        if initialized_context() is None:
+            return []
+        tf = _tf.tensorflow()
+        logical = tf.config.list_logical_devices("GPU")
+        _GPUS = [device.name.split("device:", 1)[-1] for device in logical]
+    return list(_GPUS)
 
 
 def memory_info(device: str) -> dict[str, int]:

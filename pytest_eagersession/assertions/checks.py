@@ -35,8 +35,8 @@ class EagerChecks:
     ``with eager_checks(max_traces=1):`` or ``@eager_checks(max_bytes="64 MiB")``. Each check
     runs only when the block ends without an exception; several failures raise one
     ``EagerChecksError`` that lists them all. Each decorated call gets a fresh set of checks.
-    ``counter`` (a ``TraceCounter``, with ``max_traces``) and ``meter`` (a ``ByteMeter``, with
-    ``max_bytes`` or ``measure_bytes``) keep what was measured.
+    ``counter`` (a ``TraceCounter``, with ``max_traces`` or ``count_traces``) and ``meter`` (a
+    ``ByteMeter``, with ``max_bytes`` or ``measure_bytes``) keep what was measured.
     """
 
     def __init__(
@@ -47,6 +47,7 @@ class EagerChecks:
         leaks: bool = True,
         allow: AllowFilter | None = None,
         measure_bytes: bool = False,
+        count_traces: bool = False,
         where: str | None = None,
         session: EagerSession | None = None,
     ) -> None:
@@ -56,6 +57,7 @@ class EagerChecks:
         check_allow_filter(allow)  # a bad filter fails here, not when the block ends
         self._allow = allow
         self._measure_bytes = measure_bytes or self.max_bytes is not None
+        self._count_traces = count_traces or self.max_traces is not None
         self._where = where
         self._session = session
         self.counter: TraceCounter | None = None
@@ -73,7 +75,7 @@ class EagerChecks:
             if self.leaks:
                 self._owner = stack.enter_context(owning_session(self._session))
                 self._checkpoint = self._owner.checkpoint()
-            if self.max_traces is not None:
+            if self._count_traces:
                 self.counter = stack.enter_context(TraceCounter())
             if self._measure_bytes:
                 self.meter = stack.enter_context(ByteMeter(self.max_bytes))
@@ -121,12 +123,20 @@ class EagerChecks:
         return errors
 
     def to_json(self) -> dict[str, Any]:
-        """What was measured, for a JSON report: peak bytes, GPU peaks, traces per function."""
+        """What was measured, for a JSON report.
+
+        With bytes: ``peak_bytes``, ``device_peak_bytes`` (per GPU), ``end_bytes`` (tracked
+        bytes still alive at the end) and ``objects_made``; with traces: ``trace_count`` and
+        ``traces`` (per function).
+        """
         result: dict[str, Any] = {}
         if self.meter is not None:
             result["peak_bytes"] = self.meter.peak_bytes
             result["device_peak_bytes"] = self.meter.device_peaks
+            result["end_bytes"] = self.meter.current_bytes
+            result["objects_made"] = self.meter.objects_made
         if self.counter is not None:
+            result["trace_count"] = self.counter.total
             result["traces"] = [function.to_json() for function in self.counter.functions()]
         return result
 
@@ -162,6 +172,7 @@ class EagerChecks:
             leaks=self.leaks,
             allow=self._allow,
             measure_bytes=self._measure_bytes,
+            count_traces=self._count_traces,
             where=where,
             session=self._session,
         )

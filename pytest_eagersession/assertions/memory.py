@@ -40,8 +40,13 @@ class ByteMeter:
 
     @property
     def current_bytes(self) -> int:
-        """Tracked bytes alive now."""
+        """Tracked bytes alive now (once stopped: when it stopped)."""
         return self._tracked.current
+
+    @property
+    def objects_made(self) -> int:
+        """Tensors and variables with a buffer made while the meter ran, alive or not."""
+        return self._tracked.made
 
     @property
     def device_peaks(self) -> dict[str, int]:

@@ -47,6 +47,8 @@ class TrackedBytes:
         self._lock = threading.RLock()
         self.current = 0
         self.peak = 0
+        self.made = 0
+        """How many tensors and variables with a buffer were counted (alive or not)."""
         self._snapshot: list[tuple[int, str, weakref.ref[Any]]] = []
         self.snapshot_peak = 0
         self.running = False
@@ -151,6 +153,7 @@ class TrackedBytes:
             except TypeError:
                 return
             self._entries[key] = _Entry(ref, nbytes, kind, site)
+            self.made += 1
             self.current += nbytes
             if self.current > self.peak:
                 self.peak = self.current
