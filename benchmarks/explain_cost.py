@@ -6,6 +6,10 @@ keeps), a test leaks 17 tensors: one in a module's list, one at the end of a cha
 them in one walk (``explain_all``); objgraph's ``find_backref_chain(obj, is_proper_module)`` is
 timed on the same objects, one search each, with the same depth. Interleaved, median of runs.
 
+Then a next test leaks into the same holders (a tensor more in the module's list and at the end
+of the long chain, the same model's weights): explained again from scratch, and through the
+holders the first report explained (``KnownRoutes``, as the plugin does within a run).
+
 python benchmarks/explain_cost.py [--objects 1000000] [--repeats 3] [--json PATH]
 """
 
@@ -73,6 +77,37 @@ def time_ours(leaks: list[Any]) -> tuple[float, list[str]]:
     return time.perf_counter() - started, texts
 
 
+def time_known_holders(leaks: list[Any], repeats: int) -> tuple[float, float, int]:
+    """Seconds to explain a next test's leaks held as the first's: walked, and through routes."""
+    import tensorflow as tf
+
+    from pytest_eagersession.explain import explain_all
+    from pytest_eagersession.routes import KnownRoutes
+
+    module = sys.modules["leaky_suite"]
+    routes = KnownRoutes()
+    explain_all(leaks, budget_s=60, routes=routes)  # the first report
+    again = [tf.ones((4,)), tf.ones((4,))]
+    module.CACHE.append(again[0])  # type: ignore[attr-defined]
+    deepest: Any = module.NESTED  # type: ignore[attr-defined]
+    while isinstance(deepest, dict):
+        deepest = next(iter(deepest.values()))
+    deepest.append(again[1])
+    again.extend(leaks[2:-1])  # the model's weights
+    walked, routed = [], []
+    hits = 0
+    for _ in range(repeats):
+        started = time.perf_counter()
+        explain_all(again, budget_s=60)
+        walked.append(time.perf_counter() - started)
+        before = routes.hits
+        started = time.perf_counter()
+        explain_all(again, budget_s=60, routes=routes)
+        routed.append(time.perf_counter() - started)
+        hits = routes.hits - before
+    return statistics.median(walked), statistics.median(routed), hits
+
+
 def time_objgraph(leaks: list[Any], limit: int) -> tuple[float, int, int]:
     """Seconds for objgraph's search on the first ``limit`` leaks; chains found; leaks tried."""
     import objgraph
@@ -105,6 +140,7 @@ def main() -> None:
         theirs.append(seconds / tried)
     per_test = statistics.median(ours)
     per_leak_objgraph = statistics.median(theirs)
+    walked, routed, hits = time_known_holders(leaks, args.repeats)
     results = {
         "heap_objects": heap,
         "leaks": len(leaks),
@@ -114,12 +150,20 @@ def main() -> None:
         "objgraph_found": f"{found} of {tried}",
         "explained": sum(not text.startswith("no holder found") for text in texts),
         "texts": dict(zip(labels, texts, strict=True)),
+        "again_leaks": len(leaks) - 1,
+        "again_walked_s": walked,
+        "again_routed_s": routed,
+        "again_by_routes": hits,
     }
     print(f"Explaining {len(leaks)} leaks of one test, {heap} objects in the heap:")
     print(f"  one walk for all of them      {per_test:6.3f} s")
     print(
         f"  objgraph.find_backref_chain    {per_leak_objgraph:6.3f} s per leak, "
         f"{per_leak_objgraph * len(leaks):.1f} s for all (chains found: {found} of {tried})"
+    )
+    print(
+        f"  a next test's {len(leaks) - 1} leaks in the same holders: {walked:.3f} s walked, "
+        f"{routed:.4f} s through the holders explained before ({hits} found so)"
     )
     for label, text in results["texts"].items():
         print(f"  {label:<20} {text[:150]}")

@@ -221,6 +221,17 @@ def render(results: dict[str, Any], took: float) -> str:
         "",
         *[f"- {label}: `{text}`" for label, text in explain["texts"].items()],
         "",
+        *(
+            [
+                f"A next test whose {explain['again_leaks']} leaks sit in the same holders: "
+                f"{explain['again_walked_s']:.3f} s walked from scratch, "
+                f"{explain['again_routed_s'] * 1e3:.1f} ms through the holders the run explained "
+                f"before ({explain['again_by_routes']} found so; what no route finds is walked).",
+                "",
+            ]
+            if "again_routed_s" in explain
+            else []
+        ),
         "## The strategies: the seed's n*m experiment",
         "",
         f"4 ops of 4 MiB per loop iteration, {len(next(iter(ops.values()))['series'])} "

@@ -34,6 +34,7 @@ from pytest_eagersession.holders import (
 )
 from pytest_eagersession.native import native_holder
 from pytest_eagersession.root_kinds import describe_root
+from pytest_eagersession.routes import KnownRoutes
 
 #: TensorFlow's and Keras's module state that keeps what user code put there, by the chain's start:
 #: such a chain is TensorFlow's, but the cause is the code that filled it.
@@ -157,6 +158,7 @@ def explain_all(
     stack: Sequence[types.FrameType] = (),
     framework: Sequence[Root] = (),
     more_time: str | None = MORE_TIME,
+    routes: KnownRoutes | None = None,
 ) -> list[Explanation]:
     """Find and render a shortest chain from a root to each of ``objects``, in one walk.
 
@@ -164,20 +166,25 @@ def explain_all(
     in the middle of a test), modules and their classes other than TensorFlow's and Keras's,
     the other threads' running frames, ``framework`` (the test framework's state), TensorFlow's
     and Keras's modules. The walk stops after ``budget_s`` seconds; an object it did not reach
-    once it went everywhere has no Python holder.
+    once it went everywhere has no Python holder. With ``routes`` (and no ``stack``), the
+    holders explained before are looked in first: what they hold needs no walk, and the walk's
+    chains from modules are added to them.
     """
     started = time.perf_counter()
-    modules = module_roots()
-    tiers = [
-        [Root(frame_name(frame), frame, "frame") for frame in stack],
-        [root for root in modules if not root.internal],
-        [*thread_roots(), *context_roots()],
-        list(framework),
-        [root for root in modules if root.internal],
-    ]
-    deadline = started + budget_s
+    known = routes.find(objects) if routes is not None and not stack else {}
     # a list of its own: a backward proof in the walk leaves it out, and the caller's is not
-    targets = list(objects)
+    targets = [obj for obj in objects if id(obj) not in known]
+    tiers: list[list[Root]] = []
+    if targets:  # what the routes did not find: the walk's
+        modules = module_roots()
+        tiers = [
+            [Root(frame_name(frame), frame, "frame") for frame in stack],
+            [root for root in modules if not root.internal],
+            [*thread_roots(), *context_roots()],
+            list(framework),
+            [root for root in modules if root.internal],
+        ]
+    deadline = started + budget_s
     # a graph is many objects and seldom a leak's holder: walked through last in its tier
     graph = graph_class()
     found = walk(
@@ -187,6 +194,11 @@ def explain_all(
         last=(graph,) if graph else (),
         also=gradient_tape_class(),  # the tapes, in case something has no Python holder
     )
+    if routes is not None:
+        for root, chain in found.chains.values():
+            routes.learn(root, chain)
+    found.chains.update(known)
+    known.clear()
     native: str | None = None
     try:
         if not found.timed_out and len(found.chains) < len({id(obj) for obj in objects}):

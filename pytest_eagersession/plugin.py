@@ -23,6 +23,7 @@ from pytest_eagersession.assertions import EagerChecks
 from pytest_eagersession.kinds import tensorflow_ready
 from pytest_eagersession.peak_check import PeakCheck
 from pytest_eagersession.peaks import IncreaseRule
+from pytest_eagersession.routes import KnownRoutes
 from pytest_eagersession.scopes import ScopeSessions, marks, options_for
 from pytest_eagersession.session import EagerSession
 from pytest_eagersession.settings import (
@@ -38,6 +39,7 @@ from pytest_eagersession.summary import LEAK_PROPERTY, PROPERTY, RunSummary
 from pytest_eagersession.support_range import python_warning
 from pytest_eagersession.tracking import TRACKER
 from pytest_eagersession.verdicts import (
+    ROUTES_KEY,
     STATE_KEY,
     EagerSessionLeakWarning,
     ItemState,
@@ -118,6 +120,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except SettingsError as error:
         raise pytest.UsageError(str(error)) from None
     config.stash[SETTINGS_KEY] = settings
+    config.stash[ROUTES_KEY] = KnownRoutes()
     peaks = None
     if settings.fail_on_increase is not None:
         peaks = PeakCheck(config, IncreaseRule(settings.fail_on_increase, settings.increase_floor))

@@ -21,6 +21,7 @@ from pytest_eagersession.kinds import (
     TENSOR,
     VARIABLE,
 )
+from pytest_eagersession.routes import KnownRoutes
 from pytest_eagersession.sizes import format_bytes
 from pytest_eagersession.survivors import Survivor, destroy_resources
 
@@ -101,6 +102,7 @@ def build_records(
     framework: Sequence[Root] = (),
     destroy: bool = False,
     advice: Advice = Advice(),
+    routes: KnownRoutes | None = None,
 ) -> list[LeakRecord]:
     """Records for ``survivors``, the first ``explain_limit`` (None: all) with their holders.
 
@@ -110,6 +112,8 @@ def build_records(
     resource; one held from anywhere else (TensorFlow's state, a running frame, nothing found)
     may still be in use by later code, and is left intact. A holder search that runs out of time
     says ``advice.more_time``.
+
+    ``routes``: the holders this run explained before, looked in before the walk.
 
     A graph that cannot be written (an unwritable folder, objgraph missing) costs the graphs
     only: the reason goes to ``graph_errors`` once, and no more graphs are tried.
@@ -135,6 +139,7 @@ def build_records(
                 budget_s=chain_budget_s,
                 framework=framework,
                 more_time=advice.more_time,
+                routes=routes,
             )
         )
         explanations = {

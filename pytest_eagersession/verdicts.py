@@ -16,6 +16,7 @@ import pytest
 
 from pytest_eagersession.holders import Root
 from pytest_eagersession.report import Advice, LeakRecord, build_records, render
+from pytest_eagersession.routes import KnownRoutes
 from pytest_eagersession.session import EagerSession
 from pytest_eagersession.settings import LeakMode, Settings, TestPolicy
 
@@ -79,6 +80,9 @@ class ItemState:
 PHASES = ("open", "close", "explain", "report", "scopes")
 
 
+#: The run's ``KnownRoutes``: the holders its reports explained, looked in first by the next.
+ROUTES_KEY = pytest.StashKey[KnownRoutes]()
+
 #: Each item's ``ItemState``; pytest keeps every item to the end of the run, so the plugin
 #: removes it when the item's teardown is reported.
 STATE_KEY = pytest.StashKey[ItemState]()
@@ -122,6 +126,7 @@ def judge(
         graph_errors=graph_errors,
         destroy=policy.leaks is LeakMode.FAIL,
         advice=PYTEST_ADVICE,
+        routes=item.config.stash.get(ROUTES_KEY, None),
     )
     del leaks
     state.timed("explain", started)

@@ -1,0 +1,155 @@
+"""Holders explained before are looked in first: the same chains as the walk's, without a walk."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import types
+from typing import ClassVar
+
+import pytest
+import tensorflow  # noqa: F401  (imported before the inner runs: they would import it again)
+from support import run_inner
+
+from pytest_eagersession import explain
+from pytest_eagersession.routes import KnownRoutes
+
+
+class Thing:
+    pass
+
+
+@pytest.fixture
+def library(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """A third-party library's module with a cache of lists and a registry class."""
+    module = types.ModuleType("fake_library")
+    module.CACHE = {"batches": [], "other": []}  # type: ignore[attr-defined]
+
+    class Registry:
+        entries: ClassVar[list[object]] = []
+
+    module.Registry = Registry  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_library", module)
+    return module
+
+
+@pytest.fixture
+def walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many objects each walk of the heap looked for."""
+    counted: list[int] = []
+    real = explain.walk
+
+    def counting(wanted, *args, **kwargs):  # type: ignore[no-untyped-def]
+        counted.append(len(wanted))
+        return real(wanted, *args, **kwargs)
+
+    monkeypatch.setattr(explain, "walk", counting)
+    return counted
+
+
+def test_a_known_holder_gives_the_walks_chain_without_a_walk(
+    library: types.ModuleType, walks: list[int]
+) -> None:
+    routes = KnownRoutes()
+    first, second, third = Thing(), Thing(), Thing()
+    library.CACHE["batches"].append(first)
+    library.Registry.entries.append(second)
+    learned = explain.explain_all([first, second], routes=routes)
+    assert walks == [2]
+    assert len(routes) == 2
+
+    library.CACHE["batches"].append(third)
+    library.Registry.entries.append(Thing())
+    [again] = explain.explain_all([third], routes=routes)
+    assert walks == [2, 0]  # found by the route: the walk had nothing left to look for
+    assert routes.hits == 1
+    [walked] = explain.explain_all([third])  # no routes: the walk's own answer
+    assert (
+        again.chain
+        == walked.chain
+        == "fake_library.CACHE (dict) -> ['batches'] (list) -> [1] -> Thing"
+    )
+    assert (again.root, again.internal, again.holder) == (walked.root, False, walked.holder)
+    assert learned[1].chain == "fake_library.Registry.entries (list) -> [0] -> Thing"
+
+
+def test_a_route_that_leads_nowhere_is_dropped_and_the_walk_finds_the_rest(
+    library: types.ModuleType, walks: list[int]
+) -> None:
+    routes = KnownRoutes()
+    kept = Thing()
+    library.CACHE["batches"].append(kept)
+    explain.explain_all([kept], routes=routes)
+    library.CACHE = {"batches": [kept]}  # type: ignore[attr-defined]  # a new dict, other places
+    del sys.modules["fake_library"].CACHE
+    library.ELSEWHERE = [Thing(), kept]  # type: ignore[attr-defined]
+    [found] = explain.explain_all([kept], routes=routes)
+    assert walks == [1, 1]
+    assert found.chain == "fake_library.ELSEWHERE (list) -> [1] -> Thing"
+    assert routes.hits == 0  # the old route is gone, the new one learned
+    assert len(routes) == 1
+
+
+def test_routes_keep_no_object_and_start_only_at_modules(
+    library: types.ModuleType, walks: list[int]
+) -> None:
+    routes = KnownRoutes(most=2)
+    kept = [Thing() for _ in range(3)]
+    library.A, library.B, library.C = ([obj] for obj in kept)  # type: ignore[attr-defined]
+    explain.explain_all(kept, routes=routes)
+    assert len(routes) == 2  # the most recent two
+    # Everything the routes reach is their own bookkeeping: names, numbers, type names.
+    reached, pending = {id(routes): routes}, [routes]
+    while pending:
+        for child in gc.get_referents(pending.pop()):
+            if id(child) not in reached and not isinstance(child, type):
+                reached[id(child)] = child
+                pending.append(child)
+    kinds = {type(obj).__name__ for obj in reached.values()}
+    assert kinds <= {"KnownRoutes", "OrderedDict", "dict", "tuple", "str", "int", "Route", "bool"}
+
+    def held_by_a_frame() -> None:
+        local = Thing()
+        assert explain.explain_all([local], routes=routes, stack=[sys._getframe()])[0].chain
+
+    held_by_a_frame()
+    assert len(routes) == 2  # a frame's chain is not a route
+
+
+LIBRARY = """
+    import tensorflow as tf
+
+    SEEN = []
+
+    def remember(tensor):
+        SEEN.append(tensor)
+"""
+
+SUITE = """
+    import pytest
+    import tensorflow as tf
+
+    import shared_cache
+
+    @pytest.mark.parametrize("size", [1, 2, 3, 4])
+    def test_remembers(size):
+        shared_cache.remember(tf.ones([size]))
+"""
+
+CONFTEST = """
+    from pytest_eagersession.verdicts import ROUTES_KEY
+
+    def pytest_terminal_summary(terminalreporter, config):
+        terminalreporter.write_line(f"route hits: {config.stash[ROUTES_KEY].hits}")
+"""
+
+
+def test_in_a_run_the_first_report_walks_and_the_next_follow_its_route(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(shared_cache=LIBRARY, test_remember=SUITE, conftest=CONFTEST)
+    result = run_inner(pytester)
+    result.assert_outcomes(passed=4, errors=4)
+    for index in range(4):
+        result.stdout.fnmatch_lines([f"*held by shared_cache.SEEN (list) -> [[]{index}[]] -> *"])
+    result.stdout.fnmatch_lines(["route hits: 3"])
