@@ -41,8 +41,8 @@ def python_warning(version: tuple[int, ...] = tuple(sys.version_info[:2])) -> st
             f"pytest-eagersession is {tested}, not {version_text(found)}. Not known to work there: "
             "the line each session draws with gc.freeze() between its objects and older ones, "
             "which relies on the collector keeping frozen objects out of every generation it "
-            "lists and collects (Python 3.14's incremental collector has two generations, not "
-            "three)"
+            "lists and collects (Python 3.14.0 to 3.14.4 collect incrementally, with two "
+            "generations; see the compatibility page)"
         )
     return f"pytest-eagersession is {tested}, not {version_text(found)}"
 

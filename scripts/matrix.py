@@ -5,7 +5,14 @@ For each pair, a virtual environment is built once under ``.venvs-matrix/`` (reb
 that TensorFlow release; then the test suite runs in it. On the newest and the oldest pair the
 real-suite gate's plugin-on run follows (``benchmarks/realsuite.py --only on``). A pair whose
 interpreter is missing is skipped with a message. Prints a table; exit status 1 if any pair
-that ran failed.
+that ran failed, pre-releases aside.
+
+Pre-releases: the next TensorFlow's release candidate, with the newest Python it has wheels for
+that is installed here, runs the same test suite as the pairs without the gate (the whole
+suite: it is where private TensorFlow names move; a few minutes at ``-n 2``, like each pair) but
+is allowed to fail: its row says so, and its result does not set the exit status (nor CI's).
+It shows early what the next release changes. Its environment takes the newest candidate of
+that release when it is built; delete ``.venvs-matrix/PAIR`` to take a newer one.
 
     ./scripts/matrix [--pair PAIR ...] [--skip PAIR ...] [--no-gate] [--setup-only] [--list]
                      [-n WORKERS] [--markdown PATH] [-- PYTEST_ARGS]
@@ -40,19 +47,31 @@ class Pair:
     tensorflow: str
     gate: bool = False
     """Also run the real-suite gate's plugin-on side here."""
+    prerelease: bool = False
+    """A release candidate of ``tensorflow``, outside the tested range: allowed to fail."""
 
     @property
     def name(self) -> str:
-        return f"py{self.python}-tf{self.tensorflow}"
+        return f"py{self.python}-tf{self.tensorflow}{'-pre' if self.prerelease else ''}"
+
+    @property
+    def requirement(self) -> str:
+        """What pip installs: the release, or its newest pre-release (named in the specifier,
+        so that pip takes pre-releases of TensorFlow alone, not of its dependencies)."""
+        if self.prerelease:
+            return f"tensorflow-cpu~={self.tensorflow}.0rc0"
+        return f"tensorflow-cpu=={self.tensorflow}.*"
 
 
-#: The tested range. The first and last entries are the newest and oldest pair: the gate runs there.
+#: The tested range, newest pair first and oldest last (the gate runs on both), then pre-releases.
 PAIRS: tuple[Pair, ...] = (
     Pair("3.13", "2.21", gate=True),
     Pair("3.12", "2.21"),
     Pair("3.11", "2.21"),
     Pair("3.10", "2.21"),
     Pair("3.11", "2.16", gate=True),
+    # TensorFlow 2.22.0rc0 has wheels for Python 3.10 to 3.14; 3.14 is not installed here.
+    Pair("3.13", "2.22", prerelease=True),
 )
 
 
@@ -108,7 +127,7 @@ def environment(pair: Pair, python: str) -> tuple[Path, str]:
     with log.open("w") as out:
         for command in (
             [*pip, "--upgrade", "pip"],
-            [*pip, "-e", f"{ROOT}[test]", f"tensorflow-cpu=={pair.tensorflow}.*"],
+            [*pip, "-e", f"{ROOT}[test]", pair.requirement],
         ):
             if subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode:
                 print(log.read_text(errors="replace")[-3000:], file=sys.stderr)
@@ -145,13 +164,18 @@ def run(venv: Path, command: Sequence[str], log: Path) -> tuple[int, str]:
 
 
 def versions(venv: Path) -> str:
-    """The exact Python, TensorFlow and Keras versions installed in ``venv``."""
+    """The exact Python, TensorFlow and Keras versions installed in ``venv``.
+
+    TensorFlow's release candidates depend on ``keras-nightly``, not ``keras``.
+    """
     probe = subprocess.run(
         [
             str(venv / "bin" / "python"),
             "-c",
             "import importlib.metadata as m, platform; "
-            "print(platform.python_version(), m.version('tensorflow-cpu'), m.version('keras'))",
+            "keras = [d.version for d in m.distributions() "
+            "if d.metadata['Name'].lower().replace('_', '-') in ('keras', 'keras-nightly')]; "
+            "print(platform.python_version(), m.version('tensorflow-cpu'), (keras or ['?'])[0])",
         ],
         capture_output=True,
         text=True,
@@ -210,12 +234,25 @@ def gate_summary(verdict: str) -> str:
     return f"{match.group(1)} ({found.group(1)} tests, {found.group(2)} true leaks reported)"
 
 
+def result(outcome: Outcome) -> str:
+    """The table's word for a pair: ``ok``, ``FAILED`` or ``skipped``, and a pre-release's
+    allowance to fail."""
+    word = "skipped" if outcome.setup.startswith("skipped") else "ok"
+    if outcome.failed:
+        word = "FAILED"
+    return f"{word} (pre-release, allowed to fail)" if outcome.pair.prerelease else word
+
+
+def exit_status(outcomes: Sequence[Outcome]) -> int:
+    """1 if a pair failed, pre-releases aside (they are allowed to fail), else 0."""
+    return int(any(o.failed and not o.pair.prerelease for o in outcomes))
+
+
 def table(outcomes: Sequence[Outcome]) -> str:
     rows = [("pair", "installed (Python, TF, Keras)", "environment", "tests", "gate", "result")]
     for o in outcomes:
-        result = "FAILED" if o.failed else ("skipped" if o.setup.startswith("skipped") else "ok")
         installed = o.notes[0] if o.notes else "-"
-        rows.append((o.pair.name, installed, o.setup, o.tests, gate_summary(o.gate), result))
+        rows.append((o.pair.name, installed, o.setup, o.tests, gate_summary(o.gate), result(o)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
@@ -238,6 +275,8 @@ def markdown(outcomes: Sequence[Outcome]) -> str:
             python, tensorflow, keras = [*o.notes[0].split(), "?", "?", "?"][:3]
         else:
             python, tensorflow, keras = f"{o.pair.python} (not installed)", o.pair.tensorflow, "-"
+        if o.pair.prerelease:
+            tensorflow += " (pre-release, allowed to fail)"
         gate = gate_summary(o.gate)
         lines.append(f"| {python} | {tensorflow} | {keras} | {counts(o.tests)} | {gate} |")
     return "\n".join(lines) + "\n"
@@ -296,7 +335,7 @@ def main(argv: Sequence[str]) -> int:
     for pair in PAIRS:
         if pair.name in options.skip:
             print(f"({pair.name} left out, as --skip asked)")
-    return 1 if any(o.failed for o in outcomes) else 0
+    return exit_status(outcomes)
 
 
 if __name__ == "__main__":

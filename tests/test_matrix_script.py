@@ -10,7 +10,7 @@ from types import ModuleType
 import pytest
 from support import load_script
 
-from pytest_eagersession.support_range import PYTHON_RANGE, TENSORFLOW_RANGE
+from pytest_eagersession.support_range import PYTHON_RANGE, TENSORFLOW_RANGE, parse_version
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "matrix.py"
 
@@ -21,13 +21,59 @@ def matrix() -> ModuleType:
 
 
 def test_the_pairs_cover_the_claimed_range(matrix: ModuleType) -> None:
-    pythons = {pair.python for pair in matrix.PAIRS}
+    tested = [pair for pair in matrix.PAIRS if not pair.prerelease]
+    pythons = {pair.python for pair in tested}
     oldest, newest = PYTHON_RANGE
     assert pythons == {f"3.{minor}" for minor in range(oldest[1], newest[1] + 1)}
-    tensorflows = {pair.tensorflow for pair in matrix.PAIRS}
+    tensorflows = {pair.tensorflow for pair in tested}
     assert tensorflows == {f"2.{TENSORFLOW_RANGE[0][1]}", f"2.{TENSORFLOW_RANGE[1][1]}"}
     gated = [pair.name for pair in matrix.PAIRS if pair.gate]
     assert gated == [f"py3.{newest[1]}-tf2.{TENSORFLOW_RANGE[1][1]}", "py3.11-tf2.16"]
+    assert [pair.requirement for pair in tested][-1] == "tensorflow-cpu==2.16.*"
+
+
+def test_the_prerelease_is_the_next_tensorflow_outside_the_range(matrix: ModuleType) -> None:
+    (pre,) = [pair for pair in matrix.PAIRS if pair.prerelease]
+    assert pre.name == "py3.13-tf2.22-pre"
+    assert parse_version(pre.tensorflow) > TENSORFLOW_RANGE[1]
+    assert pre.requirement == "tensorflow-cpu~=2.22.0rc0"  # its release candidates, then 2.22.x
+    assert not pre.gate
+
+
+@pytest.mark.parametrize(
+    ("prerelease_fails", "regular_fails", "status"),
+    [(False, False, 0), (True, False, 0), (False, True, 1), (True, True, 1)],
+)
+def test_a_failing_prerelease_is_shown_but_does_not_set_the_exit_status(
+    matrix: ModuleType, prerelease_fails: bool, regular_fails: bool, status: int
+) -> None:
+    (pre,) = [pair for pair in matrix.PAIRS if pair.prerelease]
+    outcomes = [
+        matrix.Outcome(matrix.PAIRS[0], setup="cached", tests="1 failed", failed=regular_fails),
+        matrix.Outcome(pre, setup="cached", tests="2 failed", failed=prerelease_fails),
+    ]
+    assert matrix.exit_status(outcomes) == status
+    rows = matrix.table(outcomes).splitlines()
+    assert rows[1].endswith("FAILED" if regular_fails else "ok")
+    assert rows[2].startswith("py3.13-tf2.22-pre ")
+    assert rows[2].endswith(
+        f"{'FAILED' if prerelease_fails else 'ok'} (pre-release, allowed to fail)"
+    )
+    tensorflow = matrix.markdown(outcomes).splitlines()[3].split(" | ")[1]
+    assert tensorflow == "2.22 (pre-release, allowed to fail)"
+
+
+def test_a_failed_setup_of_the_prerelease_does_not_set_the_exit_status(
+    matrix: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(pair: object, python: str) -> None:
+        raise subprocess.CalledProcessError(1, ["pip", "install", "tensorflow-cpu"])
+
+    monkeypatch.setattr(matrix, "interpreter", lambda version: sys.executable)
+    monkeypatch.setattr(matrix, "environment", broken)
+    assert matrix.main(["--setup-only", "--pair", "py3.13-tf2.22-pre"]) == 0
+    assert "set-up failed: pip install tensorflow-cpu" in capsys.readouterr().out
+    assert matrix.main(["--setup-only", "--pair", "py3.11-tf2.16"]) == 1
 
 
 def test_an_interpreter_must_really_be_the_version_asked(
@@ -60,8 +106,9 @@ def test_a_missing_interpreter_is_skipped_not_failed(
 
 
 def test_the_markdown_table_keeps_versions_and_counts_but_not_timings(matrix: ModuleType) -> None:
+    (oldest,) = [pair for pair in matrix.PAIRS if pair.name == "py3.11-tf2.16"]
     ran = matrix.Outcome(
-        matrix.PAIRS[-1],
+        oldest,
         setup="cached",
         tests="424 passed, 1 skipped, 243 warnings in 171.98s (0:02:51)",
         gate="VERDICT: OK: of 913 tests run with the plugin alone (no baseline), it failed or "
@@ -87,7 +134,8 @@ def test_unknown_pairs_are_refused_naming_the_valid_ones() -> None:
         [sys.executable, str(SCRIPT), "--list"], capture_output=True, text=True, check=True
     )
     assert listed.stdout.split() == [
-        "py3.13-tf2.21", "py3.12-tf2.21", "py3.11-tf2.21", "py3.10-tf2.21", "py3.11-tf2.16"
+        "py3.13-tf2.21", "py3.12-tf2.21", "py3.11-tf2.21", "py3.10-tf2.21", "py3.11-tf2.16",
+        "py3.13-tf2.22-pre",
     ]  # fmt: skip
 
 

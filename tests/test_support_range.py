@@ -23,7 +23,7 @@ def test_a_newer_python_is_told_what_is_not_known_to_work() -> None:
     warning = python_warning((3, 14))
     assert warning is not None
     assert "tested on Python 3.10 to 3.13, not 3.14" in warning
-    assert "incremental collector" in warning
+    assert "3.14.0 to 3.14.4 collect incrementally" in warning
     assert "gc.freeze()" in warning
 
 
@@ -59,8 +59,8 @@ def test_the_header_names_the_settings_and_warns_on_an_untested_python(
     pytester.makepyfile("def test_nothing():\n    pass\n")
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["eagersession: strategy in_background, leaks fail*"])
-    if python_warning() is None:
-        result.stdout.no_fnmatch_line("*eagersession: WARNING*")
+    if python_warning() is None:  # (a TensorFlow outside the range warns in the summary)
+        result.stdout.no_fnmatch_line("*eagersession: WARNING: *tested on Python*")
     pytester.makeconftest(
         "import pytest_eagersession.plugin as plugin\n"
         "from pytest_eagersession import support_range\n"
