@@ -1,20 +1,27 @@
 """The real-suite gate: other people's tests, with the plugin off and on, side by side.
 
-Runs a fixed subset of Keras's own test files (from the installed wheel) and the project's
-``tf.test.TestCase``-style suite (``realsuite/tf_style``) twice: with ``-p no:eagersession``
-and with the plugin on, at its default settings. Then compares every test's outcome. The plugin
-may change a test's outcome in one way only: by reporting a leak at its teardown. Any other
-difference (a failure, another error, a test that passes only with the plugin) breaks the gate.
+Runs two libraries' own tests, each a fixed subset of the test files their installed wheels
+ship, as suites of their own: Keras's (with the project's ``tf.test.TestCase``-style suite,
+``realsuite/tf_style``) and Sonnet's (``dm-sonnet``: ``tf.test.TestCase`` and absl
+``parameterized`` tests), so that the gate is not tuned to one library. Each suite runs twice:
+with ``-p no:eagersession`` and with the plugin on, at its default settings; each is reported
+on its own (counts, the on/off wall-time ratio, the plugin's time by phase), then every test's
+outcome is compared. The plugin may change a test's outcome in one way only: by reporting a leak
+at its teardown. Any other difference (a failure, another error, a test that passes only with
+the plugin) breaks the gate.
 
-    python benchmarks/realsuite.py [--only on|off] [--json PATH] [-n N]
+    python benchmarks/realsuite.py [--only on|off] [--suite NAME ...] [--json PATH] [-n N]
                                    [--eagersession-OPTION=VALUE ...] [-- PYTEST_ARGS ...]
 
-``--eagersession-*`` options go to the plugin-on run; ``-n`` and everything after ``--`` (``-k``,
-``-x``, ...) go to both. ``--only on`` runs the plugin-on side alone (a version matrix job): a
-test then breaks the gate if it fails or errors other than by a leak report, since every test
-here passes without the plugin. ``--only off`` checks that baseline. ``./scripts/realsuite``
-runs this in the project's environment. Exit status: 0 the gate holds, 1 it does not, 2 a run
-did not complete (a crash, a usage error, no report).
+``--eagersession-*`` options go to the plugin-on runs; ``-n`` and everything after ``--``
+(``-k``, ``-x``, ...) go to every run. ``--suite keras`` or ``--suite sonnet`` runs that suite
+alone. ``--only on`` runs the plugin-on side alone (a version matrix job): a test then breaks
+the gate if it fails or errors other than by a leak report, since every test here passes
+without the plugin. ``--only off`` checks that baseline. Keras comes with TensorFlow; Sonnet
+with the project's ``test`` extra: where it is not installed, its suite is skipped with a line
+saying so, and the verdict names it. ``./scripts/realsuite`` runs this in the project's
+environment. Exit status: 0 the gate holds, 1 it does not, 2 a run did not complete (a crash,
+a usage error, no report).
 """
 
 from __future__ import annotations
@@ -39,8 +46,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 GATE = ROOT / "realsuite"  # the gate's rootdir: pytest.ini, our suites, the staging folder
-STAGE = GATE / "_gate"  # generated, git-ignored: the copied Keras tests and the results
-KERAS_PACKAGE = "keras_src"  # the copies' package (never "keras": it would shadow Keras)
+STAGE = GATE / "_gate"  # generated, git-ignored: the copied libraries' tests and the results
 
 # Keras's own test files, relative to keras/src in the installed wheel, in the order they run.
 # Chosen to pass without the plugin with KERAS_BACKEND=tensorflow on a CPU-only machine, and to
@@ -134,9 +140,133 @@ OWN_TEST_FILES: tuple[str, ...] = (
     "tf_style/test_warnings_as_errors.py",
 )
 
+# Sonnet's own test files (dm-sonnet 2.0.2, in the project's test extra), relative to sonnet/src
+# in the installed wheel, in the order they run: tf.test.TestCase subclasses (Sonnet's
+# test_utils.TestCase, which enters a tf.device scope in setUp and leaves it in tearDown) with
+# absl parameterized, the style of many TensorFlow libraries; no Keras. Chosen to pass without
+# the plugin on a CPU-only machine, with TensorFlow 2.16 to 2.21, and to run in about 35 s there
+# (2 cores, -n 2). Not taken: depthwise_conv_test (TensorFlow 2.16's depthwise_conv2d_native
+# crashes the interpreter with a segmentation fault in it, plugin or not);
+# optimizers/momentum_test, rmsprop_test and sgd_test (their reference tests call
+# tf.keras.optimizers.legacy, gone in Keras 3); conformance/keras_test (a Keras 3 layer that
+# wraps a Sonnet module does not track its variables: its counts of variables fail);
+# conformance/checkpoint_test (finds its golden checkpoints by a path relative to the Sonnet
+# repository's root, and its tests share one temporary folder across xdist workers: outcomes
+# flip from run to run); conformance/doctest_test (NumPy 2 prints scalars as np.float32(3.0),
+# which sonnet.functional's doctests do not expect); conformance/tensorflow1_test (graph mode
+# only: all skipped); and the slowest files (conformance/function_test, 190 s of tests;
+# optimizers/adam_test, 130 s; conformance/optimizer_test and xla_test, 60 and 45 s;
+# nets/cifar10_convnet_test and resnet_test, 35 and 25 s).
+SONNET_TEST_FILES: tuple[str, ...] = (
+    # modules
+    "base_test.py",
+    "build_test.py",
+    "deferred_test.py",
+    "once_test.py",
+    "utils_test.py",
+    "custom_getter_test.py",
+    "sequential_test.py",
+    "batch_apply_test.py",
+    "mixed_precision_test.py",
+    # layers
+    "linear_test.py",
+    "parallel_linear_test.py",
+    "bias_test.py",
+    "embed_test.py",
+    "conv_test.py",
+    "conv_transpose_test.py",
+    "reshape_test.py",
+    "pad_test.py",
+    "dropout_test.py",
+    "leaky_clip_by_value_test.py",
+    "scale_gradient_test.py",
+    "recurrent_test.py",
+    # normalization, state
+    "axis_norm_test.py",
+    "batch_norm_test.py",
+    "group_norm_test.py",
+    "moving_averages_test.py",
+    "metrics_test.py",
+    # initializers, regularizers
+    "initializers_test.py",
+    "regularizers_test.py",
+    # nets
+    "nets/mlp_test.py",
+    "nets/vqvae_test.py",
+    "nets/dnc/control_test.py",
+    "nets/dnc/read_test.py",
+    "nets/dnc/util_test.py",
+    "nets/dnc/write_test.py",
+    # distribution
+    "distribute/replicator_test.py",
+    "distribute/distributed_batch_norm_test.py",
+    # the functional API (Sonnet's own, on TensorFlow)
+    "functional/haiku_test.py",
+    "functional/jax_test.py",
+    "functional/optimizers_test.py",
+    # conformance: every module built, copied, pickled, under a strategy, saved and loaded
+    "conformance/api_test.py",
+    "conformance/descriptors_test.py",
+    "conformance/goldens_test.py",
+    "conformance/build_test.py",
+    "conformance/copy_test.py",
+    "conformance/pickle_test.py",
+    "conformance/distribute_test.py",
+    "conformance/saved_model_test.py",
+)
+
 OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 TEXT_LINES = 15  # lines of a failure's text shown per test
 LEAK_TEXT = re.compile(r"\bleaked \d+ TensorFlow objects? \(.*?\) that outlived its \w+ scope")
+
+
+@dataclass(frozen=True)
+class Suite:
+    """One library's own tests, as the gate stages and runs them: a suite of its own."""
+
+    name: str  # in the output, the files' names and --suite
+    library: str  # for people
+    distribution: str  # the installed distribution, for its version
+    module: str  # the package whose installed files hold the tests
+    folder: str  # the tests' folder in that package
+    package: str  # the copies' package under _gate/ (never the library's: it would shadow it)
+    files: tuple[str, ...]
+    own: tuple[str, ...] = ()  # our suite's files, run with this one, relative to realsuite/
+    conftest: str = ""  # a file of realsuite/ copied to _gate/conftest.py
+    required: bool = False  # its library missing is an error, not a skipped suite
+    install: str = ""  # where its library comes from, for the line that skips its suite
+
+    def paths(self) -> list[str]:
+        """Its test files, relative to realsuite/, in the order they run."""
+        staged = [f"{STAGE.name}/{self.package}/{name}" for name in self.files]
+        return staged + list(self.own)
+
+
+SUITES: tuple[Suite, ...] = (
+    Suite(
+        name="keras",
+        library="Keras",
+        distribution="keras",
+        module="keras",
+        folder="src",
+        package="keras_src",
+        files=KERAS_TEST_FILES,
+        own=OWN_TEST_FILES,
+        conftest="keras_conftest.py",
+        required=True,
+        install="TensorFlow installs it",
+    ),
+    Suite(
+        name="sonnet",
+        library="Sonnet",
+        distribution="dm-sonnet",
+        module="sonnet",
+        folder="src",
+        package="sonnet_src",
+        files=SONNET_TEST_FILES,
+        install="the project's test extra installs it: pip install -e '.[test]'",
+    ),
+)
 
 
 @dataclass
@@ -170,6 +300,8 @@ class Run:
     results: dict[str, TestResult]
     leaks: dict[str, list[dict[str, Any]]]
     log: Path
+    suite: str = ""
+    report: Path | None = None  # the plugin's JSON report, for the profile
 
     def counts(self) -> dict[str, int]:
         counted = Counter(result.outcome for result in self.results.values())
@@ -194,39 +326,47 @@ class Difference:
 # ----------------------------------------------------------------------------- staging
 
 
-def keras_tests_root() -> Path:
-    """keras/src in the installed wheel, found without importing Keras (and TensorFlow)."""
-    spec = importlib.util.find_spec("keras")
+def tests_root(suite: Suite) -> Path | None:
+    """The suite's test folder in the installed package, found without importing it (and
+    TensorFlow); None where the library is not installed."""
+    spec = importlib.util.find_spec(suite.module)
     if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("realsuite: Keras is not installed in this environment")
-    return Path(next(iter(spec.submodule_search_locations))) / "src"
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / suite.folder
 
 
-def stage_keras_tests() -> list[str]:
-    """Copy the chosen Keras test files under realsuite/_gate/, with our conftest.
+def stage(suite: Suite) -> list[str] | None:
+    """Copy the suite's test files under realsuite/_gate/, with its conftest; None where its
+    library is not installed (an error if the suite is required).
 
-    The copies form a package (``keras_src``), as they do in the Keras repository, so that
-    pytest imports them by their dotted names and their ``from conftest import`` finds ours.
-    Returns their paths relative to realsuite/, in KERAS_TEST_FILES's order.
+    The copies form a package (``keras_src``, ``sonnet_src``), as they do in the libraries'
+    repositories, so that pytest imports them by their dotted names and Keras's ``from conftest
+    import`` finds ours; they import the library itself by its own name, from the installed
+    wheel. Returns the suite's paths relative to realsuite/, in the order they run.
     """
-    source = keras_tests_root()
-    missing = [name for name in KERAS_TEST_FILES if not (source / name).is_file()]
+    source = tests_root(suite)
+    if source is None:
+        if suite.required:
+            raise SystemExit(f"realsuite: {suite.library} is not installed in this environment")
+        return None
+    missing = [name for name in suite.files if not (source / name).is_file()]
     if missing:
-        raise SystemExit(f"realsuite: not in the installed Keras ({source}): {', '.join(missing)}")
-    package = STAGE / KERAS_PACKAGE
+        raise SystemExit(
+            f"realsuite: not in the installed {suite.library} ({source}): {', '.join(missing)}"
+        )
+    package = STAGE / suite.package
     if package.exists():
         shutil.rmtree(package)
-    staged = []
-    for name in KERAS_TEST_FILES:
+    for name in suite.files:
         target = package / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source / name, target)
-        staged.append(str(target.relative_to(GATE)))
     for folder in [package, *package.rglob("*")]:
         if folder.is_dir() and folder.name != "__pycache__":
             (folder / "__init__.py").touch()
-    shutil.copyfile(GATE / "keras_conftest.py", STAGE / "conftest.py")
-    return staged
+    if suite.conftest:
+        shutil.copyfile(GATE / suite.conftest, STAGE / "conftest.py")
+    return suite.paths()
 
 
 # ----------------------------------------------------------------------------- running
@@ -263,12 +403,16 @@ def pytest_command(
     return [*command, *extra, *paths]
 
 
-def run_side(name: str, paths: Sequence[str], extra: Sequence[str], plugin: bool) -> Run:
+def run_side(
+    suite: Suite, name: str, paths: Sequence[str], extra: Sequence[str], plugin: bool
+) -> Run:
+    """One pytest run of one suite, plugin ``name`` ("off" or "on")."""
     results_dir = STAGE / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
-    junit = results_dir / f"junit-{name}.xml"
-    report = results_dir / f"eagersession-{name}.json"
-    log = results_dir / f"output-{name}.txt"
+    stem = f"{suite.name}-{name}"
+    junit = results_dir / f"junit-{stem}.xml"
+    report = results_dir / f"eagersession-{stem}.json"
+    log = results_dir / f"output-{stem}.txt"
     for stale in (junit, report, log):
         stale.unlink(missing_ok=True)
     command = pytest_command(paths, junit, extra, plugin, report)
@@ -280,7 +424,9 @@ def run_side(name: str, paths: Sequence[str], extra: Sequence[str], plugin: bool
         PYTHONDONTWRITEBYTECODE="1",
     )
     print(
-        f"== plugin {name}: {len(paths)} test files (output: {log.relative_to(ROOT)})", flush=True
+        f"== {suite.name}, plugin {name}: {len(paths)} test files "
+        f"(output: {log.relative_to(ROOT)})",
+        flush=True,
     )
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
@@ -295,15 +441,31 @@ def run_side(name: str, paths: Sequence[str], extra: Sequence[str], plugin: bool
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     last = [line for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
     print(f"   {last[-1] if last else '(no output)'}", flush=True)
-    if completed.returncode not in (0, 1) or not junit.is_file():
+    # 5: pytest collected no test (a -k that matches none of this suite's): an empty run.
+    if completed.returncode not in (0, 1, 5) or not junit.is_file():
         tail = "\n".join(last[-30:])
         raise RunIncomplete(
-            f"plugin {name}: pytest exited with status {completed.returncode}"
+            f"{suite.name}, plugin {name}: pytest exited with status {completed.returncode}"
             f"{'' if junit.is_file() else ' and wrote no JUnit XML'}; the end of its output:\n"
             f"{tail}"
         )
     leaks = read_leaks(report) if plugin else {}
-    return Run(name, completed.returncode, wall, cpu, read_junit(junit), leaks, log)
+    returncode = 0 if completed.returncode == 5 else completed.returncode
+    return Run(name, returncode, wall, cpu, read_junit(junit), leaks, log, suite.name, report)
+
+
+def merged(runs: Sequence[Run]) -> Run:
+    """The suites' runs of one side as one run: every test, the times added up."""
+    return Run(
+        name=runs[0].name,
+        returncode=max(run.returncode for run in runs),
+        wall_s=sum(run.wall_s for run in runs),
+        cpu_s=sum(run.cpu_s for run in runs),
+        results={key: result for run in runs for key, result in run.results.items()},
+        leaks={key: leaks for run in runs for key, leaks in run.leaks.items()},
+        log=runs[0].log,
+        suite="all",
+    )
 
 
 class RunIncomplete(Exception):
@@ -380,14 +542,15 @@ def read_profile(path: Path, slowest: int = 5) -> dict[str, Any]:
     }
 
 
-def print_profile(profile: dict[str, Any], wall_s: float) -> None:
-    """The plugin's time by phase, and the tests it cost most."""
+def print_profile(profile: dict[str, Any], wall_s: float, suite: str = "") -> None:
+    """The plugin's time by phase, and the tests it cost most (in one suite's run)."""
     if not profile:
         return
     phases = profile["phases_s"]
     total = sum(sum(sides.values()) for sides in phases.values())
     print(
-        f"\n== the plugin's time by phase: {total:.1f} s of the {wall_s:.1f} s run "
+        f"\n== {suite + ': ' if suite else ''}the plugin's time by phase: {total:.1f} s of the "
+        f"{wall_s:.1f} s run "
         f"({profile['tests']} tests, {profile['leaking_tests']} leaking)"
     )
     print(f"   {'phase':<8} {'clean tests':>12} {'leaking tests':>14}")
@@ -401,9 +564,7 @@ def print_profile(profile: dict[str, Any], wall_s: float) -> None:
 
 def gate_paths() -> list[str]:
     """Every test file of the gate, relative to realsuite/, in the order they run."""
-    return [f"{STAGE.name}/{KERAS_PACKAGE}/{name}" for name in KERAS_TEST_FILES] + list(
-        OWN_TEST_FILES
-    )
+    return [path for suite in SUITES for path in suite.paths()]
 
 
 def display_id(key: str) -> str:
@@ -564,8 +725,13 @@ def leak_groups(on: Run) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------- reporting
 
 
-def print_counts(runs: Iterable[Run]) -> None:
-    print("\n== counts")
+def label(suite: str) -> str:
+    """The prefix of a section's title: the suite it is about."""
+    return f"{suite}: " if suite else ""
+
+
+def print_counts(runs: Iterable[Run], suite: str = "") -> None:
+    print(f"\n== {label(suite)}counts")
     print(
         f"   {'run':<12}{'total':>7}{'passed':>8}{'failed':>8}{'error':>7}{'skipped':>9}"
         f"{'wall':>10}{'cpu':>10}"
@@ -578,18 +744,29 @@ def print_counts(runs: Iterable[Run]) -> None:
         )
 
 
+def ratios(off: Run, on: Run) -> dict[str, float]:
+    """Plugin on / plugin off, in wall and in CPU time."""
+    return {
+        "wall": round(on.wall_s / off.wall_s, 3) if off.wall_s else float("nan"),
+        "cpu": round(on.cpu_s / off.cpu_s, 3) if off.cpu_s else float("nan"),
+    }
+
+
 def transition(item: Difference) -> str:
     if item.off == "not run":
         return f"{item.on} with the plugin; no plugin-off run"
     return f"{item.off} without the plugin, {item.on} with it"
 
 
-def print_differences(differences: Sequence[Difference], baseline: bool) -> None:
+def print_differences(differences: Sequence[Difference], baseline: bool, suite: str = "") -> None:
     broken = [d for d in differences if not d.leak]
     leaked = [d for d in differences if d.leak]
     if broken:
         title = "outcome changed" if baseline else "failed or errored"
-        print(f"\n== BROKEN by the plugin: {len(broken)} tests ({title}, not by a leak report)")
+        print(
+            f"\n== {label(suite)}BROKEN by the plugin: {len(broken)} tests ({title}, not by a "
+            "leak report)"
+        )
         groups: dict[str, list[Difference]] = defaultdict(list)
         for item in broken:
             groups[item.signature].append(item)
@@ -601,18 +778,18 @@ def print_differences(differences: Sequence[Difference], baseline: bool) -> None
             for item in items:
                 print(f"   {item.nodeid} ({transition(item)})")
     if leaked:
-        print(f"\n== changed by a leak report: {len(leaked)} tests")
+        print(f"\n== {label(suite)}changed by a leak report: {len(leaked)} tests")
         for item in leaked:
             print(f"\n-- {item.nodeid} ({transition(item)})")
             for line in item.text:
                 print(f"   | {line}")
 
 
-def print_leak_groups(groups: Sequence[dict[str, Any]]) -> None:
+def print_leak_groups(groups: Sequence[dict[str, Any]], suite: str = "") -> None:
     if not groups:
         return
     total = sum(group["leaks"] for group in groups)
-    print(f"\n== leaks by holder: {total} leaked objects, {len(groups)} holders")
+    print(f"\n== {label(suite)}leaks by holder: {total} leaked objects, {len(groups)} holders")
     for group in groups:
         kinds = ", ".join(f"{count} {kind}" for kind, count in group["kinds"].items())
         tests = group["tests"]
@@ -625,6 +802,29 @@ def print_leak_groups(groups: Sequence[dict[str, Any]]) -> None:
             print(f"   {nodeid}")
         if len(tests) > 5:
             print(f"   ... and {len(tests) - 5} more")
+
+
+def print_suites(suites: dict[str, dict[str, Any]]) -> None:
+    """One line per suite and one for them all: tests, wall times, ratios, what changed."""
+    print("\n== suites")
+    print(
+        f"   {'suite':<9}{'tests':>7}{'off wall':>10}{'on wall':>10}{'on/off wall':>13}"
+        f"{'on/off cpu':>12}{'broken':>8}{'leak reports':>14}"
+    )
+    for name, figures in suites.items():
+        if "skipped" in figures:
+            print(f"   {name:<9} not run: {figures['skipped']}")
+            continue
+        runs = figures["runs"]
+        tests = max(run["counts"]["total"] for run in runs.values())
+        off = f"{runs['off']['wall_s']:.1f}s" if "off" in runs else "-"
+        on = f"{runs['on']['wall_s']:.1f}s" if "on" in runs else "-"
+        ratio = figures.get("ratio")
+        wall = f"{ratio['wall']:.2f}x" if ratio else "-"
+        cpu = f"{ratio['cpu']:.2f}x" if ratio else "-"
+        broken = figures.get("broken", len(figures.get("baseline_failures", [])))
+        leaked = figures.get("changed_by_leak_report", "-")
+        print(f"   {name:<9}{tests:>7}{off:>10}{on:>10}{wall:>13}{cpu:>12}{broken:>8}{leaked:>14}")
 
 
 # ----------------------------------------------------------------------------- main
@@ -641,6 +841,12 @@ def split_arguments(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str],
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--only", choices=("on", "off"), help="run one side only")
+    parser.add_argument(
+        "--suite",
+        action="append",
+        choices=[suite.name for suite in SUITES],
+        help="run only this suite (repeatable; default: all)",
+    )
     parser.add_argument("--json", metavar="PATH", help="write the figures as JSON here")
     parser.add_argument("-n", "--numprocesses", metavar="N", help="pytest-xdist, both runs")
     options, rest = parser.parse_known_args(argv)
@@ -677,81 +883,82 @@ def version(*distributions: str) -> str | None:
     return None
 
 
-def judge_baseline(off: Run, figures: dict[str, Any]) -> tuple[str, int]:
-    """``--only off``: every test must pass or skip without the plugin."""
+def baseline_failures(off: Run, suite: str = "") -> list[str]:
+    """``--only off``: the tests that fail or error without the plugin, printed."""
     bad = {k: r for k, r in off.results.items() if r.outcome in ("failed", "error")}
+    if bad:
+        print(f"\n== {label(suite)}failing without the plugin: {len(bad)} tests")
     for key, result in bad.items():
         print(f"\n-- {display_id(key)} ({result.outcome})")
         text = "\n\n".join(result.texts) or "\n".join(result.messages)
         for line in trimmed(text, tail=True):
             print(f"   | {line}")
-    figures["baseline_failures"] = [display_id(key) for key in bad]
+    return [display_id(key) for key in bad]
+
+
+def baseline_verdict(total: int, bad: int) -> tuple[str, int]:
+    """``--only off``: every test must pass or skip without the plugin."""
     if bad:
         return (
-            f"VERDICT: BASELINE BROKEN: {len(bad)} of {len(off.results)} tests fail without the "
+            f"VERDICT: BASELINE BROKEN: {bad} of {total} tests fail without the "
             "plugin; the gate's file list does not suit this environment",
             1,
         )
-    return f"VERDICT: BASELINE OK: all {len(off.results)} tests pass or skip without the plugin", 0
+    return f"VERDICT: BASELINE OK: all {total} tests pass or skip without the plugin", 0
 
 
-def judge_plugin(off: Run | None, on: Run, figures: dict[str, Any]) -> tuple[str, int]:
+def plugin_figures(off: Run | None, on: Run, suite: str = "") -> dict[str, Any]:
     """The plugin may change an outcome only by a leak report (without ``off``: may fail or
-    error a test only by a leak report)."""
+    error a test only by a leak report). What it changed, printed, and as figures."""
     differences = compare(off, on)
     groups = leak_groups(on)
-    print_differences(differences, baseline=off is not None)
-    print_leak_groups(groups)
+    print_differences(differences, baseline=off is not None, suite=suite)
+    print_leak_groups(groups, suite=suite)
     broken = [d for d in differences if not d.leak]
-    leaked = [d for d in differences if d.leak]
-    figures["differences"] = [asdict(d) for d in differences]
-    figures["broken"] = len(broken)
-    figures["changed_by_leak_report"] = len(leaked)
-    figures["broken_by_signature"] = dict(Counter(d.signature for d in broken).most_common())
-    figures["leak_groups"] = groups
-    total = len(on.results)
-    if off is not None:
+    return {
+        "differences": [asdict(d) for d in differences],
+        "broken": len(broken),
+        "changed_by_leak_report": len(differences) - len(broken),
+        "broken_by_signature": dict(Counter(d.signature for d in broken).most_common()),
+        "leak_groups": groups,
+    }
+
+
+def plugin_verdict(total: int, broken: int, leaked: int, baseline: bool) -> tuple[str, int]:
+    if baseline:
         what = f"of {total} tests, the plugin changed the outcome of"
     else:
         what = f"of {total} tests run with the plugin alone (no baseline), it failed or errored"
     if broken:
         return (
-            f"VERDICT: BROKEN: {what} {len(broken)} other than by a leak report "
-            f"(and {len(leaked)} by a leak report)",
+            f"VERDICT: BROKEN: {what} {broken} other than by a leak report "
+            f"(and {leaked} by a leak report)",
             1,
         )
     return (
-        f"VERDICT: OK: {what} none other than by a leak report ({len(leaked)} by a leak report)",
+        f"VERDICT: OK: {what} none other than by a leak report ({leaked} by a leak report)",
         0,
     )
 
 
-def main(argv: Sequence[str]) -> int:
-    options, both, plugin_only = split_arguments(argv)
-    paths = stage_keras_tests() + list(OWN_TEST_FILES)
-    tensorflow = version("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos")
-    print(
-        f"realsuite: {len(KERAS_TEST_FILES)} Keras test files (Keras {version('keras')}) and "
-        f"{len(OWN_TEST_FILES)} of ours, TensorFlow {tensorflow}",
-        flush=True,
-    )
-    off = on = None
-    try:
-        if options.only != "on":
-            off = run_side("off", paths, both, plugin=False)
-        if options.only != "off":
-            on = run_side("on", paths, [*both, *plugin_only], plugin=True)
-    except RunIncomplete as error:
-        print(f"\nrealsuite: {error}", file=sys.stderr)
-        print("VERDICT: INCOMPLETE: a run did not finish; nothing compared", flush=True)
-        return 2
+def describe(suite: Suite) -> str:
+    """What a suite runs, for people."""
+    what = f"{len(suite.files)} of {suite.library} {version(suite.distribution)}'s test files"
+    if suite.own:
+        what += f" and {len(suite.own)} of ours"
+    return what
+
+
+def report_suite(suite: Suite, off: Run | None, on: Run | None) -> dict[str, Any]:
+    """One suite's section: its counts, on/off ratio, the plugin's time by phase and what the
+    plugin changed; returns its figures."""
     runs = [run for run in (off, on) if run is not None]
-    print_counts(runs)
+    print(f"\n==== the {suite.name} suite: {describe(suite)}")
+    print_counts(runs, suite.name)
     figures: dict[str, Any] = {
-        "keras": version("keras"),
-        "tensorflow": tensorflow,
-        "files": {"keras": list(KERAS_TEST_FILES), "own": list(OWN_TEST_FILES)},
-        "arguments": {"both": both, "plugin_on": plugin_only},
+        "library": suite.library,
+        "version": version(suite.distribution),
+        "files": list(suite.files) + list(suite.own),
         "runs": {
             run.name: {
                 "counts": run.counts(),
@@ -762,20 +969,119 @@ def main(argv: Sequence[str]) -> int:
             for run in runs
         },
     }
-    if on is not None:
-        profile = read_profile(STAGE / "results" / "eagersession-on.json")
-        print_profile(profile, on.wall_s)
-        figures["profile"] = profile
     if off is not None and on is not None:
-        wall_ratio = on.wall_s / off.wall_s
-        cpu_ratio = on.cpu_s / off.cpu_s if off.cpu_s else float("nan")
-        print(f"   plugin on / plugin off: {wall_ratio:.2f}x wall time, {cpu_ratio:.2f}x CPU time")
-        figures["ratio"] = {"wall": round(wall_ratio, 3), "cpu": round(cpu_ratio, 3)}
+        figures["ratio"] = ratios(off, on)
+        print(
+            f"   plugin on / plugin off: {figures['ratio']['wall']:.2f}x wall time, "
+            f"{figures['ratio']['cpu']:.2f}x CPU time"
+        )
+    if on is not None and on.report is not None:
+        figures["profile"] = read_profile(on.report)
+        print_profile(figures["profile"], on.wall_s, suite.name)
     if on is None:
         assert off is not None
-        verdict, status = judge_baseline(off, figures)
+        figures["baseline_failures"] = baseline_failures(off, suite.name)
     else:
-        verdict, status = judge_plugin(off, on, figures)
+        figures.update(plugin_figures(off, on, suite.name))
+    return figures
+
+
+def main(argv: Sequence[str]) -> int:
+    options, both, plugin_only = split_arguments(argv)
+    tensorflow = version("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos")
+    chosen = [suite for suite in SUITES if not options.suite or suite.name in options.suite]
+    staged: list[tuple[Suite, list[str]]] = []
+    not_run: dict[str, str] = {}
+    for suite in chosen:
+        paths = stage(suite)
+        if paths is None:
+            not_run[suite.name] = f"{suite.distribution} is not installed"
+            print(
+                f"realsuite: SKIPPED the {suite.name} suite: {not_run[suite.name]} here "
+                f"({suite.install})",
+                flush=True,
+            )
+        else:
+            staged.append((suite, paths))
+    print(
+        f"realsuite: TensorFlow {tensorflow}; "
+        + "; ".join(f"{suite.name}: {describe(suite)}" for suite, _ in staged),
+        flush=True,
+    )
+    if not staged:
+        print("VERDICT: INCOMPLETE: no suite could run; nothing compared", flush=True)
+        return 2
+    sides: dict[str, dict[str, Run]] = {}
+    try:
+        for suite, paths in staged:
+            sides[suite.name] = {}
+            if options.only != "on":
+                sides[suite.name]["off"] = run_side(suite, "off", paths, both, plugin=False)
+            if options.only != "off":
+                extra = [*both, *plugin_only]
+                sides[suite.name]["on"] = run_side(suite, "on", paths, extra, plugin=True)
+    except RunIncomplete as error:
+        print(f"\nrealsuite: {error}", file=sys.stderr)
+        print("VERDICT: INCOMPLETE: a run did not finish; nothing compared", flush=True)
+        return 2
+    suites: dict[str, dict[str, Any]] = {}
+    for suite, _ in staged:
+        suites[suite.name] = report_suite(
+            suite, sides[suite.name].get("off"), sides[suite.name].get("on")
+        )
+    for name, reason in not_run.items():
+        suites[name] = {"skipped": reason}
+    # The suites together: the verdict, and the figures as the gate has always written them.
+    off = merged([s["off"] for s in sides.values()]) if options.only != "on" else None
+    on = merged([s["on"] for s in sides.values()]) if options.only != "off" else None
+    runs = [run for run in (off, on) if run is not None]
+    print_suites(suites)
+    figures: dict[str, Any] = {
+        "keras": version("keras"),
+        "sonnet": version("dm-sonnet"),
+        "tensorflow": tensorflow,
+        "files": {"keras": list(KERAS_TEST_FILES), "own": list(OWN_TEST_FILES)}
+        | {suite.name: list(suite.files) for suite, _ in staged if suite.name != "keras"},
+        "arguments": {"both": both, "plugin_on": plugin_only},
+        "suites": suites,
+        "not_run": not_run,
+        "runs": {
+            run.name: {
+                "counts": run.counts(),
+                "wall_s": round(run.wall_s, 2),
+                "cpu_s": round(run.cpu_s, 2),
+                "returncode": run.returncode,
+            }
+            for run in runs
+        },
+    }
+    if off is not None and on is not None:
+        figures["ratio"] = ratios(off, on)
+        print(
+            f"   all suites, plugin on / plugin off: {figures['ratio']['wall']:.2f}x wall time, "
+            f"{figures['ratio']['cpu']:.2f}x CPU time"
+        )
+    in_suites = [figures_ for figures_ in suites.values() if "skipped" not in figures_]
+    if on is None:
+        assert off is not None
+        bad = [test for s in in_suites for test in s["baseline_failures"]]
+        figures["baseline_failures"] = bad
+        verdict, status = baseline_verdict(len(off.results), len(bad))
+    else:
+        figures["differences"] = [d for s in in_suites for d in s["differences"]]
+        figures["broken"] = sum(s["broken"] for s in in_suites)
+        figures["changed_by_leak_report"] = sum(s["changed_by_leak_report"] for s in in_suites)
+        figures["broken_by_signature"] = dict(
+            Counter(d["signature"] for d in figures["differences"] if not d["leak"]).most_common()
+        )
+        figures["leak_groups"] = leak_groups(on)
+        verdict, status = plugin_verdict(
+            len(on.results), figures["broken"], figures["changed_by_leak_report"], off is not None
+        )
+    if not_run:
+        verdict += "; NOT RUN: " + ", ".join(
+            f"the {name} suite ({reason})" for name, reason in not_run.items()
+        )
     figures["verdict"] = verdict
     figures["status"] = status
     print(f"\n{verdict}")

@@ -1,8 +1,10 @@
 """The conftest.py of the real-suite gate's copy of Keras's own tests.
 
 ``benchmarks/realsuite.py`` copies this file next to the Keras test files it takes from the
-installed wheel. The wheel ships the tests but not the Keras repository's root ``conftest.py``,
-which they expect: this is its equivalent for the TensorFlow backend on one machine.
+installed wheel, as ``_gate/conftest.py`` above their package ``_gate/keras_src``. The wheel
+ships the tests but not the Keras repository's root ``conftest.py``, which they expect: this is
+its equivalent for the TensorFlow backend on one machine. It applies to the Keras copies only
+(another library's suite is staged beside them, in ``_gate/sonnet_src``).
 
 - It registers the repository's markers (``requires_trainable_backend``, ``multi_device``) and
   skips the tests that need what this machine lacks, as the repository's conftest does.
@@ -49,7 +51,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "keras_src")
     requires_trainable_backend = pytest.mark.skipif(
         _backend() in ("numpy", "openvino"),
         reason="Trainer not implemented for NumPy and OpenVINO backend.",

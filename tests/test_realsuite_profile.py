@@ -1,17 +1,22 @@
-"""The real-suite gate's profile of the plugin's time, read from the JSON report's timings."""
+"""The real-suite gate's report: the profile of the plugin's time, read from the JSON report's
+timings, and its suites (each library's tests on their own, a suite skipped where its library
+is not installed)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 from support import load_script
 
 realsuite = load_script(Path(__file__).parent.parent / "benchmarks" / "realsuite.py", "realsuite")
 
 
 def test_the_profile_sums_phases_apart_for_leaking_tests_and_names_the_dearest(
-    tmp_path: Path, capsys: object
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     timings = {"open": 0.001, "close": 0.002, "explain": 0.0, "report": 0.0, "scopes": 0.0}
     tests = [
@@ -29,6 +34,86 @@ def test_the_profile_sums_phases_apart_for_leaking_tests_and_names_the_dearest(
     assert profile["phases_s"]["explain"] == {"clean": 0.0, "leaking": 0.5}
     assert [test["nodeid"] for test in profile["slowest"]] == ["a.py::leaky", "a.py::also_clean"]
     realsuite.print_profile(profile, wall_s=10.0)
-    out = capsys.readouterr().out  # type: ignore[attr-defined]
-    assert "the plugin's time by phase: 0.8 s of the 10.0 s run (4 tests, 1 leaking)" in out
+    out = capsys.readouterr().out
+    assert "== the plugin's time by phase: 0.8 s of the 10.0 s run (4 tests, 1 leaking)" in out
+    realsuite.print_profile(profile, wall_s=10.0, suite="sonnet")
+    out = capsys.readouterr().out
+    assert "== sonnet: the plugin's time by phase: 0.8 s of the 10.0 s run" in out
     assert realsuite.read_profile(tmp_path / "missing.json") == {}
+
+
+def test_each_library_is_a_suite_of_its_own_staged_under_another_name() -> None:
+    names = [suite.name for suite in realsuite.SUITES]
+    assert names == ["keras", "sonnet"]
+    for suite in realsuite.SUITES:
+        assert suite.package not in (suite.module, suite.name)  # never shadows the library
+        assert len(set(suite.files)) == len(suite.files)
+    paths = realsuite.gate_paths()
+    assert len(set(paths)) == len(paths)
+    assert "_gate/sonnet_src/linear_test.py" in paths
+    assert "tf_style/test_tf_testcase.py" in realsuite.SUITES[0].paths()
+
+
+@pytest.mark.parametrize("suite", realsuite.SUITES, ids=lambda suite: suite.name)
+def test_the_installed_library_ships_every_test_file_of_its_suite(suite: Any) -> None:
+    source = realsuite.tests_root(suite)
+    if source is None:
+        pytest.skip(f"{suite.distribution} is not installed")
+    assert [name for name in suite.files if not (source / name).is_file()] == []
+
+
+def test_a_suite_whose_library_is_missing_is_skipped_and_said_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    absent = realsuite.Suite(
+        name="absent",
+        library="Absent",
+        distribution="absent-library",
+        module="no_such_module_for_the_gate",
+        folder="src",
+        package="absent_src",
+        files=("a_test.py",),
+        install="nothing installs it",
+    )
+    assert realsuite.stage(absent) is None
+    with pytest.raises(SystemExit, match="Absent is not installed"):
+        realsuite.stage(dataclasses.replace(absent, required=True))
+    monkeypatch.setattr(realsuite, "SUITES", (absent,))
+    assert realsuite.main([]) == 2
+    out = capsys.readouterr().out
+    assert (
+        "realsuite: SKIPPED the absent suite: absent-library is not installed here "
+        "(nothing installs it)" in out
+    )
+    assert "VERDICT: INCOMPLETE: no suite could run" in out
+
+
+def run(suite: str, name: str, results: dict[str, str], wall: float) -> Any:
+    tests = {}
+    for key, outcome in results.items():
+        tests[key] = realsuite.TestResult()
+        tests[key].add(outcome)
+    return realsuite.Run(name, 0, wall, wall * 2, tests, {}, Path("log"), suite)
+
+
+def test_the_suites_table_shows_each_suite_its_ratio_and_one_not_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    off = run("keras", "off", {"a::x": "passed", "a::y": "skipped"}, 10.0)
+    on = run("keras", "on", {"a::x": "passed", "a::y": "skipped"}, 12.0)
+    other_off = run("sonnet", "off", {"b::x": "passed"}, 5.0)
+    both = realsuite.merged([off, other_off])
+    assert set(both.results) == {"a::x", "a::y", "b::x"}
+    assert (both.wall_s, both.cpu_s, both.suite) == (15.0, 30.0, "all")
+    assert realsuite.ratios(off, on) == {"wall": 1.2, "cpu": 1.2}
+    figures = realsuite.report_suite(realsuite.SUITES[0], off, on)
+    assert figures["ratio"] == {"wall": 1.2, "cpu": 1.2}
+    assert figures["broken"] == 0
+    out = capsys.readouterr().out
+    assert "==== the keras suite:" in out
+    assert "plugin on / plugin off: 1.20x wall time, 1.20x CPU time" in out
+    realsuite.print_suites({"keras": figures, "sonnet": {"skipped": "dm-sonnet is not installed"}})
+    lines = capsys.readouterr().out.splitlines()
+    keras = next(line for line in lines if line.strip().startswith("keras"))
+    assert keras.split() == ["keras", "2", "10.0s", "12.0s", "1.20x", "1.20x", "0", "0"]
+    assert "   sonnet    not run: dm-sonnet is not installed" in lines
