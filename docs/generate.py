@@ -18,6 +18,7 @@ ids replaced.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import re
@@ -60,6 +61,8 @@ def environment() -> dict[str, str]:
     """The subprocesses' environment: CPU only, quiet TensorFlow, a fixed terminal width."""
     env = dict(os.environ)
     env.pop("PYTEST_ADDOPTS", None)
+    for name in ("CI", "BUILD_NUMBER"):  # pytest would not shorten its summary lines
+        env.pop(name, None)
     env.update(
         CUDA_VISIBLE_DEVICES="",  # "on CPU:0" everywhere, GPU or not
         TF_CPP_MIN_LOG_LEVEL="3",
@@ -167,7 +170,10 @@ def increase_report() -> str:
         outputs = []
         for batch in ("1024", "4096"):
             result = subprocess.run(
-                [sys.executable, "-m", "pytest", "-q", "--eagersession-fail-on-increase"],
+                [
+                    *(sys.executable, "-m", "pytest", "-q", "-p", "no:randomly"),
+                    "--eagersession-fail-on-increase",
+                ],
                 cwd=folder,
                 env=dict(environment(), BATCH=batch),
                 capture_output=True,
@@ -282,7 +288,14 @@ def stale(produced: Produced) -> list[str]:
         if not path.exists():
             problems.append(f"{path.relative_to(ROOT)} is missing")
         elif path.read_text(encoding="utf-8") != text:
-            problems.append(f"{path.relative_to(ROOT)} is stale")
+            diff = difflib.unified_diff(
+                path.read_text(encoding="utf-8").splitlines(),
+                text.splitlines(),
+                "committed",
+                "printed now",
+                lineterm="",
+            )
+            problems.append(f"{path.relative_to(ROOT)} is stale:\n" + "\n".join(diff))
     if GENERATED.exists():
         for path in sorted(GENERATED.glob("*.txt")):
             if path.name not in names:

@@ -12,8 +12,8 @@ import tensorflow as tf
 
 def test_embedding_lookup():
     batch = int(os.environ["BATCH"])
-    table = tf.random.uniform([1000, 256])
-    ids = tf.random.uniform([batch], maxval=1000, dtype=tf.int32)
+    table = tf.ones([1000, 256])
+    ids = tf.zeros([batch], tf.int32)
     rows = tf.gather(table, ids)  # batch x 256 float32
     assert rows.shape == (batch, 256)
 
