@@ -235,6 +235,7 @@ class Suite:
     conftest: str = ""  # a file of realsuite/ copied to _gate/conftest.py
     required: bool = False  # its library missing is an error, not a skipped suite
     install: str = ""  # where its library comes from, for the line that skips its suite
+    chosen_from: str = ""  # the library's release whose test files the list names
 
     def paths(self) -> list[str]:
         """Its test files, relative to realsuite/, in the order they run."""
@@ -251,6 +252,7 @@ SUITES: tuple[Suite, ...] = (
         folder="src",
         package="keras_src",
         files=KERAS_TEST_FILES,
+        chosen_from="3.15.1",
         own=OWN_TEST_FILES,
         conftest="keras_conftest.py",
         required=True,
@@ -264,6 +266,7 @@ SUITES: tuple[Suite, ...] = (
         folder="src",
         package="sonnet_src",
         files=SONNET_TEST_FILES,
+        chosen_from="2.0.2",
         install="the project's test extra installs it: pip install -e '.[test]'",
     ),
 )
