@@ -312,6 +312,15 @@ class Run:
             "total": len(self.results)
         }
 
+    def figures(self) -> dict[str, Any]:
+        """The run's entry of the gate's JSON: counts, times, exit status."""
+        return {
+            "counts": self.counts(),
+            "wall_s": round(self.wall_s, 2),
+            "cpu_s": round(self.cpu_s, 2),
+            "returncode": self.returncode,
+        }
+
 
 @dataclass
 class Difference:
@@ -962,15 +971,7 @@ def report_suite(suite: Suite, off: Run | None, on: Run | None) -> dict[str, Any
         "library": suite.library,
         "version": version(suite.distribution),
         "files": list(suite.files) + list(suite.own),
-        "runs": {
-            run.name: {
-                "counts": run.counts(),
-                "wall_s": round(run.wall_s, 2),
-                "cpu_s": round(run.cpu_s, 2),
-                "returncode": run.returncode,
-            }
-            for run in runs
-        },
+        "runs": {run.name: run.figures() for run in runs},
     }
     if off is not None and on is not None:
         figures["ratio"] = ratios(off, on)
@@ -1048,15 +1049,7 @@ def main(argv: Sequence[str]) -> int:
         "arguments": {"both": both, "plugin_on": plugin_only},
         "suites": suites,
         "not_run": not_run,
-        "runs": {
-            run.name: {
-                "counts": run.counts(),
-                "wall_s": round(run.wall_s, 2),
-                "cpu_s": round(run.cpu_s, 2),
-                "returncode": run.returncode,
-            }
-            for run in runs
-        },
+        "runs": {run.name: run.figures() for run in runs},
     }
     if off is not None and on is not None:
         figures["ratio"] = ratios(off, on)
