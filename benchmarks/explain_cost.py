@@ -7,8 +7,9 @@ them in one walk (``explain_all``); objgraph's ``find_backref_chain(obj, is_prop
 timed on the same objects, one search each, with the same depth. Interleaved, median of runs.
 
 Then a next test leaks into the same holders (a tensor more in the module's list and at the end
-of the long chain, the same model's weights): explained again from scratch, and through the
-holders the first report explained (``KnownRoutes``, as the plugin does within a run).
+of the long chain, a class registered under a key of its own in the same registry, the same
+model's weights): explained again from scratch, and through the holders the first report
+explained (``KnownRoutes``, as the plugin does within a run).
 
 python benchmarks/explain_cost.py [--objects 1000000] [--repeats 3] [--json PATH]
 """
@@ -55,6 +56,10 @@ def build_heap(objects: int) -> tuple[list[Any], list[str]]:
     module.NESTED = holder  # type: ignore[attr-defined]
     leaks.append(deep)
     labels.append(f"chain of {DEPTH} links")
+    registered = tf.ones((4,))
+    module.REGISTRY = {"first>Model": type("Model", (), {"call": registered})}  # type: ignore[attr-defined]
+    leaks.append(registered)
+    labels.append("a registry's entry")
     for layer in models[-1].layers:
         leaks.append(layer.kernel.value)
         labels.append("a model's weights")
@@ -93,7 +98,9 @@ def time_known_holders(leaks: list[Any], repeats: int) -> tuple[float, float, in
     while isinstance(deepest, dict):
         deepest = next(iter(deepest.values()))
     deepest.append(again[1])
-    again.extend(leaks[2:-1])  # the model's weights
+    again.append(tf.ones((4,)))  # the next test registers a class of its own
+    module.REGISTRY["next>Model"] = type("Model", (), {"call": again[-1]})  # type: ignore[attr-defined]
+    again.extend(leaks[3:-1])  # the model's weights
     walked, routed = [], []
     hits = 0
     for _ in range(repeats):

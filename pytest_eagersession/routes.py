@@ -6,8 +6,12 @@ each link, how to take it again (a global's name, or the child's place among its
 references), up to the container that held the object. The next report follows each route from
 the live module, link by link, checking each link's type, and looks for its objects among the
 container's references: a chain found so is as real as the walk's, at the cost of a few lookups
-instead of a walk of the heap. A route that no longer leads anywhere is dropped; what no route
-finds is left to the walk. Only names, numbers and type names are kept: no object.
+instead of a walk of the heap. A registry or cache keeps each test's object under a key of its
+own, so a route to the last test's entry misses the next one: what the routes did not find is
+then looked for near the globals they start at, breadth first, a few links deep and a bounded
+number of objects (``NEARBY_OBJECTS``), before the walk of the heap. A route that no longer
+leads anywhere is dropped; what neither finds is left to the walk. Only names, numbers and type
+names are kept: no object.
 """
 
 from __future__ import annotations
@@ -25,6 +29,11 @@ from pytest_eagersession.holders import Root
 
 #: Routes kept, the most recently useful first; the oldest goes when a new one comes.
 MOST_ROUTES = 64
+
+#: The most objects a search near the routes' globals meets before leaving the rest to the walk.
+NEARBY_OBJECTS = 20_000
+#: How many links beyond the longest route from a global that search goes.
+NEARBY_EXTRA_LINKS = 2
 
 #: A link: a module's global by name, or the child's place among its parent's references.
 Step = tuple[str, str | int]
@@ -76,19 +85,30 @@ class KnownRoutes:
             self._routes.popitem()
 
     def find(self, objects: Iterable[object]) -> dict[int, tuple[Root, list[Any]]]:
-        """The chains the known routes give to ``objects``, by id (each route once, in order)."""
+        """The chains the known routes give to ``objects``, by id.
+
+        Each route is followed once, the most recently useful first; what none of them leads
+        to is then looked for near their globals (``NEARBY_OBJECTS``), and the chains found so
+        are learned as routes of their own.
+        """
         wanted = {id(obj): obj for obj in objects}
         found: dict[int, tuple[Root, list[Any]]] = {}
         useful: list[tuple[str, tuple[Step, ...]]] = []
+        # each global a route starts at, once: the route that reached it and its longest route
+        starts: dict[tuple[str, str | int], tuple[Route, int]] = {}
         for key, route in list(self._routes.items()):
             if not wanted:
                 break
-            path = _follow(route)
-            if path is None:
+            path, complete = _follow(route)
+            if len(path) > 1:
+                start = (route.root, route.steps[0][1])
+                first, longest = starts.get(start, (route, 0))
+                starts[start] = (first, max(longest, len(route.steps)))
+            if not complete:
                 del self._routes[key]  # the module or a link is gone: the route leads nowhere
+                path.clear()
                 continue
-            module = path[0]
-            root = Root(route.root, module, "module", route.internal)
+            root = Root(route.root, path[0], "module", route.internal)
             for child in _children(path[-1]):
                 obj = wanted.pop(id(child), None)
                 if obj is not None and obj is child:
@@ -98,8 +118,40 @@ class KnownRoutes:
         for key in useful:
             if key in self._routes:
                 self._routes.move_to_end(key, last=False)
+        if wanted and starts:
+            nearby = self._near(starts.values(), wanted)
+            for root, chain in nearby.values():
+                self.learn(root, chain)
+            found.update(nearby)
         wanted.clear()
         self.hits += len(found)
+        return found
+
+    def _near(
+        self, starts: Iterable[tuple[Route, int]], wanted: dict[int, object]
+    ) -> dict[int, tuple[Root, list[Any]]]:
+        """Chains to ``wanted`` objects found within a few links of the routes' globals."""
+        found: dict[int, tuple[Root, list[Any]]] = {}
+        budget = NEARBY_OBJECTS
+        namespaces = {
+            id(vars(module))
+            for module in list(sys.modules.values())
+            if issubclass(type(module), types.ModuleType)
+        }
+        for route, longest in starts:
+            if not wanted or budget <= 0:
+                break
+            module = sys.modules.get(route.root)
+            name = route.steps[0][1]
+            if not isinstance(module, types.ModuleType) or not isinstance(name, str):
+                continue
+            start = vars(module).get(name)
+            if start is None:
+                continue
+            root = Root(route.root, module, "module", route.internal)
+            paths, budget = _search(start, wanted, longest + NEARBY_EXTRA_LINKS, budget, namespaces)
+            for key, path in paths.items():
+                found[key] = (root, [module, *path])
         return found
 
 
@@ -117,10 +169,11 @@ def _step(parent: Any, child: Any) -> Step | None:
     return None
 
 
-def _follow(route: Route) -> list[Any] | None:
+def _follow(route: Route) -> tuple[list[Any], bool]:
+    """As far as ``route`` still leads from its live module, and whether it leads all the way."""
     module = sys.modules.get(route.root)
     if not isinstance(module, types.ModuleType):
-        return None
+        return [], False
     path: list[Any] = [module]
     for (kind, where), type_name in zip(route.steps, route.types, strict=True):
         parent = path[-1]
@@ -132,9 +185,68 @@ def _follow(route: Route) -> list[Any] | None:
             child = referents[where] if where < len(referents) else None
             del referents
         if child is None or type(child).__name__ != type_name:
-            path.clear()
-            return None
+            return path, False
         path.append(child)
+    return path, True
+
+
+def _search(
+    start: Any, wanted: dict[int, object], links: int, budget: int, namespaces: set[int]
+) -> tuple[dict[int, list[Any]], int]:
+    """Paths from ``start`` to the ``wanted`` objects (popped from it) within ``links`` links,
+    breadth first, meeting at most ``budget`` objects; and the budget left.
+
+    Links are taken as the walk takes them: a class leads to its namespace only, and neither a
+    module, a frame nor a module's namespace (``namespaces``, by id) is entered.
+    """
+    paths: dict[int, list[Any]] = {}
+    seen = {id(start)}
+    levels: list[list[Any]] = [[start]]
+    parents: list[list[int]] = [[-1]]
+    try:
+        while len(levels) <= links and wanted and budget > 0:
+            level = levels[-1]
+            below: list[Any] = []
+            above: list[int] = []
+            for place, obj in enumerate(level):
+                before = len(below)
+                for child in _links(obj):
+                    key = id(child)
+                    if key in seen or key in namespaces:
+                        continue
+                    seen.add(key)
+                    if key in wanted and wanted[key] is child:
+                        del wanted[key]
+                        paths[key] = [*_path_to(levels, parents, place), child]
+                        continue
+                    below.append(child)
+                    above.append(place)
+                budget -= len(below) - before
+                if budget <= 0:
+                    break
+            levels.append(below)
+            parents.append(above)
+        return paths, budget
+    finally:
+        levels.clear()
+
+
+def _links(obj: Any) -> list[Any]:
+    kind = type(obj)  # never isinstance: it may ask the object for its __class__ (Python code)
+    if issubclass(kind, (types.ModuleType, types.FrameType)):
+        return []
+    if issubclass(kind, type):
+        return [child for child in get_referents(obj) if type(child) is dict]
+    return get_referents(obj)
+
+
+def _path_to(levels: list[list[Any]], parents: list[list[int]], place: int) -> list[Any]:
+    """The objects from the search's start to ``levels[-1][place]``, in order."""
+    path = []
+    for depth in range(len(levels) - 1, -1, -1):
+        path.append(levels[depth][place])
+        place = parents[depth][place]
+    path.reverse()
     return path
 
 

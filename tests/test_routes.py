@@ -12,6 +12,7 @@ import tensorflow  # noqa: F401  (imported before the inner runs: they would imp
 from support import run_inner
 
 from pytest_eagersession import explain
+from pytest_eagersession import routes as routes_module
 from pytest_eagersession.routes import KnownRoutes
 
 
@@ -88,6 +89,56 @@ def test_a_route_that_leads_nowhere_is_dropped_and_the_walk_finds_the_rest(
     assert found.chain == "fake_library.ELSEWHERE (list) -> [1] -> Thing"
     assert routes.hits == 0  # the old route is gone, the new one learned
     assert len(routes) == 1
+
+
+def _registered(library: types.ModuleType, key: str) -> Thing:
+    """A class registered under ``key`` in the library's registry, holding a new Thing."""
+    kept = Thing()
+    library.REGISTRY[key] = type(f"Model_{key}", (), {"call": kept})
+    return kept
+
+
+def test_an_entry_under_a_new_key_is_found_near_the_known_holder(
+    library: types.ModuleType, walks: list[int]
+) -> None:
+    library.REGISTRY = {"other": 1}  # type: ignore[attr-defined]
+    routes = KnownRoutes()
+    explain.explain_all([_registered(library, "a")], routes=routes)
+    assert walks == [1]
+
+    kept = _registered(library, "b")  # the next test's class: a key of its own
+    [near] = explain.explain_all([kept], routes=routes)
+    assert walks == [1, 0]  # no walk of the heap
+    assert routes.hits == 1
+    [walked] = explain.explain_all([kept])
+    assert near.chain == walked.chain == "fake_library.REGISTRY (dict) -> ['b'].call -> Thing"
+    assert (near.root, near.internal, near.holder) == (walked.root, False, walked.holder)
+
+    [again] = explain.explain_all([_registered(library, "c")], routes=routes)
+    assert walks == [1, 0, 1, 0]
+    assert again.chain == "fake_library.REGISTRY (dict) -> ['c'].call -> Thing"
+
+
+def test_the_search_near_a_holder_is_bounded_and_leaves_the_rest_to_the_walk(
+    library: types.ModuleType, walks: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    library.REGISTRY = {}  # type: ignore[attr-defined]
+    routes = KnownRoutes()
+    explain.explain_all([_registered(library, "a")], routes=routes)
+    library.REGISTRY.update({f"filler{n}": [n] for n in range(50)})
+    monkeypatch.setattr(routes_module, "NEARBY_OBJECTS", 20)  # spent on the fillers
+    kept = _registered(library, "b")
+    [found] = explain.explain_all([kept], routes=routes)
+    assert walks == [1, 1]
+    assert routes.hits == 0
+    assert found.chain == "fake_library.REGISTRY (dict) -> ['b'].call -> Thing"
+
+    elsewhere = Thing()
+    library.UNRELATED = [[elsewhere]]  # type: ignore[attr-defined]
+    monkeypatch.setattr(routes_module, "NEARBY_OBJECTS", 20_000)
+    [walked] = explain.explain_all([elsewhere], routes=routes)
+    assert walks == [1, 1, 1]  # not near any known holder: the walk's
+    assert walked.chain == "fake_library.UNRELATED (list) -> [0] (list) -> [0] -> Thing"
 
 
 def test_routes_keep_no_object_and_start_only_at_modules(
