@@ -165,6 +165,9 @@ def build_records(
                     graphs_dir = None
                     if graph_errors is not None:
                         graph_errors.append(_graph_error_text(error))
+        retained_by = None if explanation is None else explanation.text()
+        if chain is None and survivor.retention is not None:  # the walk cannot see TensorFlow's
+            retained_by = f"kept by {survivor.retention}"
         description = survivor.description
         records.append(
             LeakRecord(
@@ -177,7 +180,7 @@ def build_records(
                 device=description.device,
                 op=survivor.op,
                 created_at=survivor.created_at,
-                retained_by=None if explanation is None else explanation.text(),
+                retained_by=retained_by,
                 summary=survivor.summary(),
                 allowed=survivor.allowed,
                 destroyed=destroyed,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias, Union
 
 from pytest_eagersession import heap
-from pytest_eagersession._tf import resources
+from pytest_eagersession._tf import gradients, resources
 from pytest_eagersession._tf.callbacks import op_callback
 from pytest_eagersession._tf.context import clear_caches as clear_tensorflow_caches
 from pytest_eagersession._tf.resources import fresh_default_graph
@@ -336,6 +336,8 @@ class RetentionMark:
 
     registry_size: int
     cache_keys: frozenset[int]
+    shared_gradients: int = 0
+    """``gradients.latest()`` then: the tape's shared gradients remembered before."""
 
 
 @dataclass(frozen=True)
@@ -353,13 +355,14 @@ def retention_mark() -> RetentionMark:
     registry = resources.gradient_registry()
     caches = resources.replica_fn_caches()
     keys = frozenset(id(key) for cache in caches for key in list(cache.keys()))
-    return RetentionMark(len(registry) if registry is not None else 0, keys)
+    gradients.watch()
+    return RetentionMark(len(registry) if registry is not None else 0, keys, gradients.latest())
 
 
 def release_retention(mark: RetentionMark) -> Retention:
     """Release what TensorFlow's known leaks kept of the code run since ``mark``.
 
-    Two retainers are known; each is handled the same way whatever library filled it:
+    Three retainers are known; each is handled the same way whatever library filled it:
 
     - TensorFlow's gradient registry never forgets a ``tf.custom_gradient`` traced into a graph
       (any ``tf.function``, Keras's train step, a Gaussian-process library's kernels): the
@@ -370,6 +373,9 @@ def release_retention(mark: RetentionMark) -> Retention:
     - ``tf.distribute``'s ``call_for_each_replica`` caches a function per strategy in a
       ``WeakKeyDictionary`` whose values hold their keys: no entry ever goes. The entries made
       since the mark are dropped; a later call rebuilds its entry.
+    - ``tf.GradientTape.gradient`` keeps one reference too many to a gradient it returns for
+      several sources at once (``_tf/gradients``): nothing can release it; it, and what a graph
+      tensor's graph holds, is reported apart.
     """
     released: list[str] = []
     unresolved: list[tuple[str, Any]] = []
@@ -397,6 +403,14 @@ def release_retention(mark: RetentionMark) -> Retention:
                 )
                 del cache[key]
     kept: dict[int, str] = {}
+    for gradient, sources in gradients.shared(mark.shared_gradients):
+        text = (
+            f"TensorFlow's tape.gradient(), which returned one tensor for {sources} sources at "
+            "once and keeps a reference to it that is never released (ask for each source's "
+            "gradient apart, or take them in a tf.function)"
+        )
+        for key in _reach(gradient):
+            kept.setdefault(key, text)
     for name, function in unresolved:
         text = f"TensorFlow's gradient registry, entry {name} (its graph is unclear)"
         for key in _reach(function):

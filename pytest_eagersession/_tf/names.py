@@ -128,6 +128,7 @@ NAMES: tuple[PrivateName, ...] = (
         "_cfer_fn_cache",
         "resources.replica_fn_caches, state.REPLICA_FN_CACHE_GLOBALS (explain)",
     ),
+    PrivateName("tensorflow.python.eager.imperative_grad", "imperative_grad", "gradients.watch"),
     PrivateName(_OPS, "Graph", "resources.graph_of_node"),
     PrivateName(_OPS, "Operation", "resources.graph_of_node"),
     PrivateName("tensorflow.python.framework.tensor", "Tensor", "resources.graph_of_node"),
