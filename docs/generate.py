@@ -255,6 +255,11 @@ def produce() -> Produced:
     snippets["first_report_terminal"] = normalize("\n".join([*first, banner, *mine]))
     by_holder = leaked[: leaked.index("by test:")] if "by test:" in leaked else []
     snippets["run_summary_by_holder"] = normalize("\n".join([banner, *by_holder]))
+    known, *kept = banner_section(output, "eagersession: TensorFlow's own known leaks")
+    example = "docs/examples/test_shared_gradient.py::"
+    snippets["shared_gradient"] = normalize(
+        "\n".join([known, *(line for line in kept if line.startswith(example))])
+    )
     snippets["most_memory_table"] = normalize(
         "\n".join(banner_section(output, "highest peak of tracked bytes"))
     )
