@@ -27,6 +27,8 @@ _MODULE = "tensorflow.python.eager.imperative_grad"
 _RECORD = "_eagersession_shared_gradients"
 #: Entries kept before the dead ones are dropped.
 _PRUNE_ABOVE = 1024
+#: Held while the wrapper is installed: two threads' first sessions must not wrap it twice.
+_INSTALLING = threading.Lock()
 
 
 class _Record:
@@ -70,21 +72,22 @@ def _record() -> _Record | None:
 
 def watch() -> None:
     """Remember the objects ``gradient()`` returns for several sources (once TensorFlow is in)."""
-    module = sys.modules.get(_MODULE)
-    function = getattr(module, "imperative_grad", None)
-    if function is None or hasattr(function, _RECORD):
-        return
-    record = _Record()
+    with _INSTALLING:
+        module = sys.modules.get(_MODULE)
+        function = getattr(module, "imperative_grad", None)
+        if function is None or hasattr(function, _RECORD):
+            return
+        record = _Record()
 
-    @functools.wraps(function)
-    def imperative_grad(*args: Any, **kwargs: Any) -> Any:
-        result = function(*args, **kwargs)
-        if type(result) is list and len(result) > 1:
-            record.note(result)
-        return result
+        @functools.wraps(function)
+        def imperative_grad(*args: Any, **kwargs: Any) -> Any:
+            result = function(*args, **kwargs)
+            if type(result) is list and len(result) > 1:
+                record.note(result)
+            return result
 
-    setattr(imperative_grad, _RECORD, record)
-    module.imperative_grad = imperative_grad  # type: ignore[union-attr]
+        setattr(imperative_grad, _RECORD, record)
+        module.imperative_grad = imperative_grad  # type: ignore[union-attr]
 
 
 def latest() -> int:
