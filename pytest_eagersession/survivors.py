@@ -351,7 +351,11 @@ class Retention:
 
 
 def retention_mark() -> RetentionMark:
-    """The state of TensorFlow's known retainers now, for ``release_retention`` at close."""
+    """The state of TensorFlow's known retainers now, for ``release_retention`` at close.
+
+    It starts the note of the tape's shared gradients first (``gradients.watch``, once per
+    process), so that the mark's count of them means something.
+    """
     registry = resources.gradient_registry()
     caches = resources.replica_fn_caches()
     keys = frozenset(id(key) for cache in caches for key in list(cache.keys()))

@@ -19,6 +19,7 @@ import functools
 import sys
 import threading
 import weakref
+from collections import Counter
 from typing import Any
 
 _MODULE = "tensorflow.python.eager.imperative_grad"
@@ -40,24 +41,21 @@ class _Record:
         self.seq = 0
 
     def note(self, result: list[Any]) -> None:
-        counts: dict[int, int] = {}
-        for item in result:
-            if item is not None:
-                counts[id(item)] = counts.get(id(item), 0) + 1
-        if all(count == 1 for count in counts.values()):
+        counts = Counter(id(item) for item in result if item is not None)
+        shared = {id(item): item for item in result if counts[id(item)] > 1}
+        if not shared:
             return
         with self.lock:
-            for item in result:
-                count = counts.pop(id(item), 1)
-                known = self.entries.get(id(item))
-                if count < 2 or (known is not None and known[0]() is item):
+            for key, item in shared.items():
+                known = self.entries.get(key)
+                if known is not None and known[0]() is item:
                     continue
                 try:
                     ref = weakref.ref(item)
                 except TypeError:  # an object without weak references: not remembered
                     continue
                 self.seq += 1
-                self.entries[id(item)] = (ref, count, self.seq)
+                self.entries[key] = (ref, counts[key], self.seq)
             if len(self.entries) > _PRUNE_ABOVE:
                 for key in [key for key, entry in self.entries.items() if entry[0]() is None]:
                     del self.entries[key]
