@@ -18,11 +18,11 @@ import gc
 import queue
 import threading
 import time
+import weakref
 
 from pytest_eagersession._tf import is_ready as tensorflow_ready
-from pytest_eagersession._tf.classes import byte_holders, variable_nbytes
-from pytest_eagersession.heap import family
-from pytest_eagersession.kinds import tensor_nbytes
+from pytest_eagersession._tf.classes import byte_holders, tensor_measures, variable_nbytes
+from pytest_eagersession.heap import family, measured, others
 from pytest_eagersession.references import STOP, WAKE, ReferenceRegistry, report_failures
 from pytest_eagersession.tracking import TRACKER, Owner
 
@@ -127,19 +127,23 @@ class GarbageWatch:
         if not tensorflow_ready():
             return None
         started = time.thread_time()
-        tensors, variables = byte_holders()
+        tensors, measures = tensor_measures()
         if not self._types:  # every concrete class: a set lookup per object, not an MRO test
-            self._types = frozenset((tensors, *family(variables)))
-        found = TRACKER.new_objects(self._owner, self._types)
-        if found is None:
-            return None
+            self._types = frozenset((tensors, *family(byte_holders()[1])))
         try:
-            return sum(
-                tensor_nbytes(obj) if type(obj) is tensors else variable_nbytes(obj)
-                for obj in found
+            # Weakly: TensorFlow's C functions let other threads run now and then, and the
+            # code is often still using what is listed (nothing of ours may show as a holder).
+            found = TRACKER.new_weakly(self._owner, self._types)
+            if found is None:
+                return None
+            return measured(found, tensors, measures) + sum(
+                map(
+                    variable_nbytes, filter(None, map(weakref.ref.__call__, others(found, tensors)))
+                )
             )
+        except Exception:  # a tensor half built (TensorFlow's status error), or died meanwhile
+            return None
         finally:
-            found.clear()
             self.listing_seconds = time.thread_time() - started
 
 

@@ -14,7 +14,11 @@ never a question to the object (``isinstance`` asks a non-instance for its ``__c
 may be a property: Python code, in the middle of the call). The collector is paused for the
 call, so that no collection (and none of its Python callbacks) can start inside it.
 
-Only the objects of the given classes come back; the caller may hold those.
+Only the objects of the given classes come back; the caller may hold those. No function of
+another library is ever called inside a listing: TensorFlow's C functions release the
+interpreter now and then (``EagerTensor._num_elements`` does), so a caller that must ask them
+something lists weak references (``of_types_weakly``) and asks each object alone
+(``measured``).
 """
 
 from __future__ import annotations
@@ -61,6 +65,58 @@ def of_types(types: frozenset[type], generations: Sequence[int]) -> list[object]
     )
     emptied: filter[None] = filter(None, map(list.clear, listings[2]))
     return _in_one_call(itertools.chain(selected, emptied))
+
+
+def of_types_weakly(types: frozenset[type], generations: Sequence[int]) -> list[weakref.ref[Any]]:
+    """Weak references to the gc-tracked objects of ``generations`` whose type is one of
+    ``types`` exactly (each of them must take one), listed in one call into C.
+
+    For a caller that will call code which may let other threads run (TensorFlow's own C
+    functions release the interpreter now and then): nothing it holds then keeps an object
+    alive or shows as one of its referrers.
+    """
+    if not types or not generations:
+        return []
+    listings = itertools.tee(map(_GET_OBJECTS, generations), 3)
+    selected = itertools.compress(
+        itertools.chain.from_iterable(listings[0]),
+        map(types.__contains__, map(type, itertools.chain.from_iterable(listings[1]))),
+    )
+    emptied: filter[None] = filter(None, map(list.clear, listings[2]))
+    return _in_one_call(itertools.chain(map(weakref.ref, selected), emptied))
+
+
+def others(refs: Sequence[weakref.ref[Any]], cls: type) -> list[weakref.ref[Any]]:
+    """The references of ``refs`` whose referent is not of exactly ``cls`` (dead ones too)."""
+    kinds = map(type, map(weakref.ref.__call__, refs))
+    return list(itertools.compress(refs, map(operator.is_not, kinds, itertools.repeat(cls))))
+
+
+def measured(
+    refs: Sequence[weakref.ref[Any]], cls: type, measures: Sequence[Sequence[Callable[[Any], Any]]]
+) -> int:
+    """The sum, over the live referents of ``refs`` of exactly ``cls``, of the product of
+    ``measures``: each a chain of C functions applied in turn (the first to the object, each
+    next to what the one before returned).
+
+    Counted in C, one object at a time: while a measure runs, the object it measures is held
+    by the call alone, never by a container that another thread could see. The measures are
+    taken in order for each object, so the first can refuse (raise for) an object the others
+    could not read; the count then ends with that exception.
+    """
+    if not refs or not measures:
+        return 0
+    alive = map(weakref.ref.__call__, refs)
+    mine = itertools.compress(refs, map(operator.is_, map(type, alive), itertools.repeat(cls)))
+    copies = itertools.tee(mine, len(measures))
+
+    def measure(index: int) -> Iterator[Any]:
+        values: Iterator[Any] = map(weakref.ref.__call__, copies[index])
+        for step in measures[index]:
+            values = map(step, values)
+        return values
+
+    return sum(functools.reduce(partial(map, operator.mul), map(measure, range(len(measures)))))
 
 
 def _listing(

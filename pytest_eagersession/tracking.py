@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from pytest_eagersession.frames import stack
-from pytest_eagersession.heap import BOUNDARY, instances, of_types
+from pytest_eagersession.heap import BOUNDARY, instances, of_types, of_types_weakly
 from pytest_eagersession.kinds import Classifier, tensor_nbytes, tensorflow_ready
 
 _PACKAGE_DIR = __file__.rsplit("/", 1)[0]
@@ -275,6 +275,15 @@ class Tracker:
             if not (BOUNDARY.drawn and self.owner() is session and tensorflow_ready()):
                 return None
             return of_types(types, (0, 1, 2))
+
+    def new_weakly(self, session: Owner, types: frozenset[type]) -> list[weakref.ref[Any]] | None:
+        """Weak references to the objects of exactly ``types`` made since the line (garbage
+        included), listed in one call into C; None unless ``session`` owns new objects now,
+        behind a line."""
+        with self._lock:
+            if not (BOUNDARY.drawn and self.owner() is session and tensorflow_ready()):
+                return None
+            return of_types_weakly(types, (0, 1, 2))
 
     def collect_new(self, session: Owner | None = None) -> bool:
         """Collect what was made since the line, alone: False where no line is drawn, or where

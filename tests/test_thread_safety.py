@@ -24,6 +24,8 @@ import subprocess
 import sys
 import threading
 import time
+import types
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +33,7 @@ import pytest
 import tensorflow  # noqa: F401  (imported once: in-process inner runs reuse it)
 from support import CHAIN_BUDGET, stress_tensorflow_threads
 
-from pytest_eagersession import EagerSession
+from pytest_eagersession import EagerSession, heap
 
 #: Seconds each stress run lasts (one per strategy, directly and under the plugin).
 STRESS_SECONDS = float(os.environ.get("EAGERSESSION_STRESS_SECONDS", "3"))
@@ -241,13 +243,63 @@ def test_the_heap_listing_never_asks_an_object_for_its_class() -> None:
     assert asked == []
 
 
+def test_a_count_of_bytes_holds_nothing_that_another_thread_could_see() -> None:
+    """The cleaner counts tensor bytes through TensorFlow's C functions, which sometimes let
+    other threads run (``_num_elements`` does): while a measure runs, the object it measures
+    must be held by no list, tuple or iterator of ours that ``gc.get_referrers`` would show."""
+    import tensorflow as tf
+
+    from pytest_eagersession import heap
+    from pytest_eagersession._tf.classes import tensor_measures
+
+    tensor_class, measures = tensor_measures()
+    tensors = [tf.zeros((3, 5)), tf.ones((2,), tf.int64), tf.constant(["a", "b"])]
+    others = [tf.Variable(1.0)]
+    refs = [weakref.ref(obj) for obj in (*tensors, *others)]
+    seen: list[list[str]] = []
+
+    def probe(obj: Any) -> Any:
+        # referrers other than this frame and the test's own lists
+        held = [
+            type(holder).__name__
+            for holder in gc.get_referrers(obj)
+            if not isinstance(holder, types.FrameType) and holder is not tensors
+        ]
+        seen.append(held)
+        return obj
+
+    probing = [[probe, *steps] for steps in measures]
+    expected = sum(int(t._num_elements()) * t.dtype.size for t in tensors)
+    assert heap.measured(refs, tensor_class, probing) == expected
+    assert len(seen) == 2 * len(tensors)  # each tensor, once per measure; the variable never
+    assert seen == [[]] * len(seen)
+    assert [ref() for ref in heap.others(refs, tensor_class)] == others
+    tensors.clear()
+    gc.collect()
+    assert heap.measured(refs, tensor_class, measures) == 0  # dead referents count nothing
+
+
+def test_a_weak_listing_keeps_nothing_alive() -> None:
+    class Kept:
+        pass
+
+    kept = [Kept() for _ in range(3)]
+    refs = heap.of_types_weakly(frozenset([Kept]), (0, 1, 2))
+    assert sorted(map(id, (ref() for ref in refs))) == sorted(map(id, kept))
+    del kept
+    assert [ref() for ref in refs] == [None] * 3
+
+
 HALF_BUILT = r"""
 import gc
 import tensorflow as tf
+from pytest_eagersession import heap
+from pytest_eagersession._tf.classes import tensor_measures
 from pytest_eagersession.kinds import TENSOR, describe, tensor_nbytes
 
 EagerTensor = type(tf.constant(0.0))
 seen = []
+counted = []
 
 
 class Row:
@@ -267,6 +319,10 @@ def look(phase, info):
     # A collection that starts inside tf.constant lists the tensor it is building.
     if phase != "start":
         return
+    try:  # the cleaner's count: refused by the element count, never a crash
+        heap.measured(heap.of_types_weakly(frozenset([EagerTensor]), (0,)), *tensor_measures())
+    except Exception as error:
+        counted.append(type(error).__name__)
     for obj in gc.get_objects(0):
         if type(obj) is not EagerTensor:
             continue
@@ -290,6 +346,7 @@ finally:
     gc.callbacks.remove(look)
 print(len(seen), sorted(set(seen)))
 print(describe(tf.constant([1.0, 2.0]), TENSOR).summary())
+print(len(counted), sorted(set(counted)))
 """
 
 
@@ -309,3 +366,7 @@ def test_a_half_built_tensor_is_described_without_reading_its_handle() -> None:
     assert int(count) > 0  # the collections did catch tensors half-built
     assert rows == "[('tensor', None, None, 0)]"  # their type only, no bytes
     assert result.stdout.splitlines()[1] == "EagerTensor float32[2] 8 B on CPU:0"
+    # the cleaner's count of bytes met them too, and they refused it with an exception (its
+    # class depends on TensorFlow's version; the cleaner catches any) instead of crashing
+    refused, _ = result.stdout.splitlines()[2].split(" ", 1)
+    assert int(refused) > 0

@@ -6,6 +6,10 @@ TensorFlow's private modules, imported on first use: the plugin never imports Te
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +36,29 @@ def byte_holders() -> tuple[type, type]:
     from tensorflow.python.ops.resource_variable_ops import BaseResourceVariable
 
     return (EagerTensor, BaseResourceVariable)
+
+
+@functools.cache
+def tensor_measures() -> tuple[type, list[list[Callable[[Any], Any]]]]:
+    """EagerTensor, and the C functions whose product is a tensor's bytes (``heap.measured``).
+
+    The element count comes first: it raises for a half-built tensor (see ``tensor_built``)
+    before the dtype's enum, which would read the missing handle, is asked for. Item sizes are
+    looked up by enum in a table made once (cached: TensorFlow's class, no user's); an enum it
+    lacks counts 0 bytes.
+    """
+    from tensorflow.core.framework.types_pb2 import DataType
+    from tensorflow.python.framework.dtypes import as_dtype
+    from tensorflow.python.framework.ops import EagerTensor
+
+    sizes: defaultdict[int, int] = defaultdict(int)
+    for enum in DataType.values():
+        with contextlib.suppress(Exception):  # DT_INVALID has no dtype
+            sizes[enum] = int(as_dtype(enum).size)
+    return EagerTensor, [
+        [EagerTensor._num_elements],
+        [EagerTensor._datatype_enum, sizes.__getitem__],
+    ]
 
 
 def kind_bases() -> list[tuple[type, str]]:
