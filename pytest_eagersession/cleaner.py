@@ -25,6 +25,7 @@ from pytest_eagersession._tf.classes import byte_holders, tensor_measures, varia
 from pytest_eagersession.heap import family, measured, others
 from pytest_eagersession.references import STOP, WAKE, ReferenceRegistry, report_failures
 from pytest_eagersession.tracking import TRACKER, Owner
+from pytest_eagersession.wakeups import ask_for_prompt_wakeups
 
 #: Bytes the tensors and variables a session made may grow by before their cycles are collected.
 CYCLE_BYTES_THRESHOLD = 8 * 1024 * 1024
@@ -154,7 +155,8 @@ class Cleaner:
     While its session owns new objects it also looks at them (``GarbageWatch``) between items:
     every ``LOOK_INTERVAL_S[0]`` while their bytes grow, backing off to ``LOOK_INTERVAL_S[1]``
     once they did not for ``QUIET_S``, and never spending more than a ``LOOK_DUTY``-th of its
-    CPU time listing.
+    CPU time listing. It asks the kernel for short time slices as it starts (``wakeups``): on
+    a busy machine a woken thread may otherwise wait milliseconds for a core.
     """
 
     def __init__(self, owner: Owner, references: ReferenceRegistry, watch: GarbageWatch) -> None:
@@ -165,6 +167,8 @@ class Cleaner:
             target=self._run, name=f"eagersession-cleaner-{id(owner):x}", daemon=True
         )
         """The daemon thread (tests join it)."""
+        self.prompt_wakeups = False
+        """Whether the kernel accepted the thread's request for short slices (``wakeups``)."""
         self.thread.start()
 
     def wake(self) -> None:
@@ -186,6 +190,7 @@ class Cleaner:
         self.join()
 
     def _run(self) -> None:
+        self.prompt_wakeups = ask_for_prompt_wakeups()
         references = self._references
         garbage = references.garbage_queue
         watch = self._watch

@@ -1,0 +1,81 @@
+"""The cleaner thread asks the kernel for short slices, and changes nothing else about itself."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from pytest_eagersession import EagerSession
+from pytest_eagersession.wakeups import PROMPT_SLICE_NS, ask_for_prompt_wakeups
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's scheduler")
+
+
+def slice_of(thread_id: int) -> int | None:
+    """The thread's EEVDF slice in ns, None where the kernel does not show one (before 6.6)."""
+    with open(f"/proc/self/task/{thread_id}/sched") as handle:
+        for line in handle:
+            if line.startswith("se.slice"):
+                return int(line.split(":")[1])
+    return None
+
+
+def in_a_thread(body: Callable[[], Any]) -> Any:
+    """``body()``, run in a fresh thread (its scheduling changes die with it)."""
+    results: list[Any] = []
+    thread = threading.Thread(target=lambda: results.append(body()))
+    thread.start()
+    thread.join()
+    return results[0]
+
+
+@linux_only
+def test_the_cleaner_thread_runs_with_short_slices() -> None:
+    if not in_a_thread(ask_for_prompt_wakeups):
+        pytest.skip("the kernel refuses sched_setattr here")
+    if slice_of(threading.get_native_id()) is None:
+        pytest.skip("this kernel shows no slice (before EEVDF)")
+    with EagerSession.options().resource_cleanup_strategy("in_background").build() as session:
+        cleaner = session.cleaner
+        assert cleaner is not None
+        for _ in range(1000):  # the thread asks as it starts
+            if cleaner.prompt_wakeups:
+                break
+            threading.Event().wait(0.001)
+        assert cleaner.prompt_wakeups
+        assert cleaner.thread.native_id is not None
+        assert slice_of(cleaner.thread.native_id) == PROMPT_SLICE_NS
+    assert slice_of(threading.get_native_id()) != PROMPT_SLICE_NS  # the caller keeps its own
+
+
+@linux_only
+def test_asking_keeps_the_threads_nice_value_and_policy() -> None:
+    def body() -> tuple[bool, int, int]:
+        me = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + 3)
+        before = os.getpriority(os.PRIO_PROCESS, me)
+        asked = ask_for_prompt_wakeups()
+        assert os.getpriority(os.PRIO_PROCESS, me) == before
+        return asked, os.sched_getscheduler(me), before
+
+    asked, policy, _ = in_a_thread(body)
+    assert policy == os.SCHED_OTHER
+    if not asked:
+        pytest.skip("the kernel refused sched_setattr here")
+
+
+@linux_only
+def test_a_thread_under_another_policy_is_left_as_it_is() -> None:
+    def body() -> tuple[bool, int]:
+        me = threading.get_native_id()
+        os.sched_setscheduler(me, os.SCHED_BATCH, os.sched_param(0))
+        return ask_for_prompt_wakeups(), os.sched_getscheduler(me)
+
+    asked, policy = in_a_thread(body)
+    assert not asked
+    assert policy == os.SCHED_BATCH
