@@ -48,10 +48,17 @@ def ask_for_prompt_wakeups(slice_ns: int = PROMPT_SLICE_NS) -> bool:
 
         attributes = _sched_attr_type()(policy=_SCHED_OTHER, nice=nice, runtime=slice_ns)
         attributes.size = ctypes.sizeof(attributes)
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.syscall(number, thread, ctypes.byref(attributes), 0)) == 0
+        return int(_syscall()(number, thread, ctypes.byref(attributes), 0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+@functools.cache
+def _syscall() -> Any:
+    """The C library's ``syscall()``, looked up once."""
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).syscall
 
 
 @functools.cache
