@@ -41,6 +41,12 @@ LOOK_DUTY = 10
 MOST_THRESHOLDS = 64
 
 
+#: Held while a watch counts bytes: it holds one tensor at a time then, and TensorFlow's C
+#: functions let other threads run meanwhile. A survivor check holds it too, so that it never
+#: finds a tensor alive only because a cleaner was counting it (a leak that is not).
+COUNTING = threading.RLock()  # reentrant: a check may run ops, whose callback may count
+
+
 class GarbageWatch:
     """When a session collects the cyclic garbage it made.
 
@@ -137,11 +143,9 @@ class GarbageWatch:
             found = TRACKER.new_weakly(self._owner, self._types)
             if found is None:
                 return None
-            return measured(found, tensors, measures) + sum(
-                map(
-                    variable_nbytes, filter(None, map(weakref.ref.__call__, others(found, tensors)))
-                )
-            )
+            with COUNTING:
+                variables = filter(None, map(weakref.ref.__call__, others(found, tensors)))
+                return measured(found, tensors, measures) + sum(map(variable_nbytes, variables))
         except Exception:  # a tensor half built (TensorFlow's status error), or died meanwhile
             return None
         finally:

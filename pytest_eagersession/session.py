@@ -24,7 +24,7 @@ from pytest_eagersession._tf import callbacks as tf_callbacks
 from pytest_eagersession._tf import context as tf_context
 from pytest_eagersession._tf import resources as tf_resources
 from pytest_eagersession.activations import OPEN_SESSIONS, thread_activations
-from pytest_eagersession.cleaner import Cleaner, GarbageWatch
+from pytest_eagersession.cleaner import COUNTING, Cleaner, GarbageWatch
 from pytest_eagersession.errors import SessionClosedError
 from pytest_eagersession.kinds import tensorflow_ready
 from pytest_eagersession.operations import EagerOperationBuilder
@@ -572,7 +572,8 @@ class EagerSession:
     ) -> list[Survivor]:
         if TRACKER.is_innermost(self):
             TRACKER.attribute()
-        return self._check.find(since, release=release, kept_elsewhere=kept_elsewhere)
+        with COUNTING:  # no cleaner holds a tensor of the code's while it is judged
+            return self._check.find(since, release=release, kept_elsewhere=kept_elsewhere)
 
 
 @atexit.register

@@ -279,6 +279,40 @@ def test_a_count_of_bytes_holds_nothing_that_another_thread_could_see() -> None:
     assert heap.measured(refs, tensor_class, measures) == 0  # dead referents count nothing
 
 
+def test_a_survivor_check_never_sees_a_tensor_that_only_the_cleaner_is_counting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While a cleaner counts a tensor, TensorFlow may let the test's thread run; a survivor
+    check then must wait for the count, not report the tensor the count alone keeps alive."""
+    import tensorflow as tf
+
+    from pytest_eagersession import cleaner
+    from pytest_eagersession._tf.classes import tensor_measures
+
+    tensor_class, measures = tensor_measures()
+    target: list[int] = []
+    reached = threading.Event()
+
+    def slow_on_the_target(obj: Any) -> Any:
+        if target and id(obj) == target[0] and not reached.is_set():
+            reached.set()
+            time.sleep(0.3)  # lets the test's thread run, as TensorFlow's C functions may
+        return obj
+
+    monkeypatch.setattr(
+        cleaner,
+        "tensor_measures",
+        lambda: (tensor_class, [[slow_on_the_target, *measures[0]], measures[1]]),
+    )
+    with EagerSession.options().resource_cleanup_strategy("in_background").build() as session:
+        counted = tf.fill([7, 13], 3.0)
+        target.append(id(counted))
+        assert reached.wait(10.0), "the cleaner never counted the tensor"
+        del counted  # the count now holds it alone, for a while
+        found = [survivor.description.summary() for survivor in session.survivors()]
+    assert not [text for text in found if "[7,13]" in text], found
+
+
 def test_a_weak_listing_keeps_nothing_alive() -> None:
     class Kept:
         pass
