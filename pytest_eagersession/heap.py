@@ -50,30 +50,15 @@ def instances(classes: Sequence[type], generations: Sequence[int]) -> list[objec
     return _in_one_call(_listing(classes, generations))
 
 
-def of_types(types: frozenset[type], generations: Sequence[int]) -> list[object]:
-    """The gc-tracked objects of ``generations`` whose type is one of ``types`` exactly.
-
-    A set lookup per object, where ``instances`` tests each class's MRO: about twice as fast,
-    for a caller that knows every concrete class it wants (``family`` lists them).
-    """
-    if not types or not generations:
-        return []
-    listings = itertools.tee(map(_GET_OBJECTS, generations), 3)
-    selected = itertools.compress(
-        itertools.chain.from_iterable(listings[0]),
-        map(types.__contains__, map(type, itertools.chain.from_iterable(listings[1]))),
-    )
-    emptied: filter[None] = filter(None, map(list.clear, listings[2]))
-    return _in_one_call(itertools.chain(selected, emptied))
-
-
 def of_types_weakly(types: frozenset[type], generations: Sequence[int]) -> list[weakref.ref[Any]]:
     """Weak references to the gc-tracked objects of ``generations`` whose type is one of
     ``types`` exactly (each of them must take one), listed in one call into C.
 
-    For a caller that will call code which may let other threads run (TensorFlow's own C
-    functions release the interpreter now and then): nothing it holds then keeps an object
-    alive or shows as one of its referrers.
+    A set lookup per object, where ``instances`` tests each class's MRO: about twice as fast,
+    for a caller that knows every concrete class it wants (``family`` lists them). Weakly, for
+    a caller that will call code which may let other threads run (TensorFlow's own C functions
+    release the interpreter now and then): nothing it holds then keeps an object alive or
+    shows as one of its referrers.
     """
     if not types or not generations:
         return []

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from pytest_eagersession.frames import stack
-from pytest_eagersession.heap import BOUNDARY, instances, of_types, of_types_weakly
+from pytest_eagersession.heap import BOUNDARY, instances, of_types_weakly
 from pytest_eagersession.kinds import Classifier, tensor_nbytes, tensorflow_ready
 
 _PACKAGE_DIR = __file__.rsplit("/", 1)[0]
@@ -267,14 +267,6 @@ class Tracker:
         """Give the innermost session what was made since the line was drawn (kept drawn)."""
         with self._lock:
             self._give(self.owner(), self._listed())
-
-    def new_objects(self, session: Owner, types: frozenset[type]) -> list[object] | None:
-        """The objects of exactly ``types`` made since the line (garbage included), listed in
-        one call into C; None unless ``session`` owns new objects now, behind a line."""
-        with self._lock:
-            if not (BOUNDARY.drawn and self.owner() is session and tensorflow_ready()):
-                return None
-            return of_types(types, (0, 1, 2))
 
     def new_weakly(self, session: Owner, types: frozenset[type]) -> list[weakref.ref[Any]] | None:
         """Weak references to the objects of exactly ``types`` made since the line (garbage

@@ -965,13 +965,13 @@ def test_a_looks_cost_is_its_cpu_time_not_its_wait_for_the_interpreter(
     make_session, monkeypatch
 ) -> None:
     """A listing that waits (for the interpreter, here a sleep) is cheap: looks stay frequent."""
-    listed = TRACKER.new_objects
+    listed = TRACKER.new_weakly
 
-    def waiting(session: Any, types: frozenset[type]) -> list[object] | None:
+    def waiting(session: Any, types: frozenset[type]) -> list[weakref.ref[Any]] | None:
         time.sleep(0.01)  # the GIL is released, no CPU is used
         return listed(session, types)
 
-    monkeypatch.setattr(TRACKER, "new_objects", waiting)
+    monkeypatch.setattr(TRACKER, "new_weakly", waiting)
     session = make_session(IN_BACKGROUND, track_creation=False)
     watch = session._watch
     with session:
