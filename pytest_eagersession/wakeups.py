@@ -46,8 +46,10 @@ def ask_for_prompt_wakeups(slice_ns: int = PROMPT_SLICE_NS) -> bool:
         nice = os.getpriority(os.PRIO_PROCESS, thread)
         import ctypes  # here, not at import: the plugin's import stays light
 
-        attributes = _sched_attr_type()(policy=_SCHED_OTHER, nice=nice, runtime=slice_ns)
-        attributes.size = ctypes.sizeof(attributes)
+        layout = _sched_attr_type()
+        attributes = layout(
+            size=ctypes.sizeof(layout), policy=_SCHED_OTHER, nice=nice, runtime=slice_ns
+        )
         return int(_syscall()(number, thread, ctypes.byref(attributes), 0)) == 0
     except (OSError, AttributeError):
         return False

@@ -48,7 +48,9 @@ _POLYMORPHIC = "tensorflow.python.eager.polymorphic_function"
 
 NAMES: tuple[PrivateName, ...] = (
     # classes: what is a resource of which kind
-    PrivateName(_OPS, "EagerTensor", "classes.search_roots, classes.kind_bases"),
+    PrivateName(
+        _OPS, "EagerTensor", "classes.search_roots, classes.kind_bases, classes.tensor_measures"
+    ),
     PrivateName("tensorflow.python.trackable.base", "Trackable", "classes.search_roots"),
     PrivateName("tensorflow.python.data.ops.iterator_ops", "OwnedIterator", "classes.kind_bases"),
     PrivateName(
@@ -64,7 +66,15 @@ NAMES: tuple[PrivateName, ...] = (
         "BaseResourceVariable",
         "classes.byte_holders",
     ),
-    PrivateName(_OPS, "_num_elements", "classes.tensor_nbytes, classes.tensor_built", of="tensor"),
+    PrivateName(
+        _OPS,
+        "_num_elements",
+        "classes.tensor_nbytes, classes.tensor_built, classes.tensor_measures",
+        of="tensor",
+    ),
+    PrivateName(_OPS, "_datatype_enum", "classes.tensor_measures", of="tensor"),
+    PrivateName("tensorflow.core.framework.types_pb2", "DataType", "classes.tensor_measures"),
+    PrivateName("tensorflow.python.framework.dtypes", "as_dtype", "classes.tensor_measures"),
     PrivateName(_OPS, "_handle", "classes.HANDLES (destroy_handle)", of="variable"),
     PrivateName(
         "tensorflow.python.data.ops.iterator_ops",
