@@ -113,7 +113,7 @@ class GarbageWatch:
             grown = total - self._last
             least = min(self._least, total)
             due = total - least >= self._step
-        if due and TRACKER.collect_new(self._owner):
+        if due and TRACKER.collect_new(self._owner) is not None:
             with self._lock:  # counted before the bytes are listed again, which takes a while
                 self._collections += 1
             before, total = total, self._bytes() or 0

@@ -71,6 +71,15 @@ def of_types_weakly(types: frozenset[type], generations: Sequence[int]) -> list[
     return _in_one_call(itertools.chain(map(weakref.ref, selected), emptied))
 
 
+def ids(generations: Sequence[int]) -> set[int]:
+    """The ids of the gc-tracked objects of ``generations``, listed in one call into C."""
+    listings = itertools.tee(map(_GET_OBJECTS, generations), 2)
+    emptied: filter[None] = filter(None, map(list.clear, listings[1]))
+    return set(
+        _in_one_call(itertools.chain(map(id, itertools.chain.from_iterable(listings[0])), emptied))
+    )
+
+
 def others(refs: Sequence[weakref.ref[Any]], cls: type) -> list[weakref.ref[Any]]:
     """The references of ``refs`` whose referent is not of exactly ``cls`` (dead ones too)."""
     kinds = map(type, map(weakref.ref.__call__, refs))
@@ -141,6 +150,16 @@ def _in_one_call(pipeline: Iterable[Any]) -> list[Any]:
     finally:
         if paused:
             gc.enable()
+
+
+def _weakly_referable(generations: Sequence[int]) -> Iterator[Any]:
+    """A pipeline of weak references to the objects of ``generations`` whose type takes one,
+    to consume inside one call (``_in_one_call``); it empties its listings."""
+    listings = itertools.tee(map(_GET_OBJECTS, generations), 3)
+    referable = map(_WEAKREF_OFFSET, map(type, itertools.chain.from_iterable(listings[1])))
+    selected = itertools.compress(itertools.chain.from_iterable(listings[0]), referable)
+    emptied: filter[None] = filter(None, map(list.clear, listings[2]))
+    return itertools.chain(map(weakref.ref, selected), emptied)
 
 
 def _call(function: Callable[[], None]) -> filter[None]:
@@ -342,6 +361,23 @@ class Boundary:
         self._drawn = False
         self._thawed = False  # inside one of our thawing calls (a finalizer may call gc again)
         self._blocks = 0  # the interpreter's allocated blocks when the heap was last collected
+        self._frozen_new: list[weakref.ref[Any]] = []
+
+    def frozen_new(self) -> list[weakref.ref[Any]]:
+        """Weak references to what was new, of the objects that take one, when a thaw (a call
+        of ``whole`` or ``collect_whole(remember=True)``) froze it with the rest, since the line
+        was drawn: the objects the young collection can no longer reach (``garbage``)."""
+        with self.lock:
+            self._frozen_new = [ref for ref in self._frozen_new if ref() is not None]
+            return list(self._frozen_new)
+
+    def _remember(self, refs: list[weakref.ref[Any]]) -> None:
+        """Keep ``refs`` for ``frozen_new``, up to ``MAX_FROZEN_NEW`` in all."""
+        room = MAX_FROZEN_NEW - len(self._frozen_new)
+        if room < len(refs):
+            self._frozen_new = [ref for ref in self._frozen_new if ref() is not None]
+            room = MAX_FROZEN_NEW - len(self._frozen_new)
+        self._frozen_new.extend(refs[: max(room, 0)])
 
     @property
     def drawn(self) -> bool:
@@ -356,6 +392,7 @@ class Boundary:
         (everything in the heap would be) and the line is drawn for the first time.
         """
         with self.lock:
+            self._frozen_new = []
             if not self._drawn:
                 _FREEZE()
                 self._drawn = True
@@ -367,6 +404,7 @@ class Boundary:
     def erase(self, classes: Sequence[type] = ()) -> list[object]:
         """Thaw everything: return the instances of ``classes`` made since the line was drawn."""
         with self.lock:
+            self._frozen_new = []
             if not self._drawn:
                 return []
             found = _in_one_call(itertools.chain(_listing(classes, (0, 1, 2)), _call(_UNFREEZE)))
@@ -374,24 +412,28 @@ class Boundary:
             _restore_gc_functions()
             return found
 
-    def collect_new(self) -> bool:
-        """Collect what was made since the line was drawn, alone; False (nothing done) if not drawn.
+    def collect_new(self) -> int | None:
+        """Collect what was made since the line was drawn, alone: the number of objects
+        collected, or None (nothing done) if the line is not drawn.
 
         ``gc.collect`` itself, not the replacement that collects the whole heap.
         """
         with self.lock:
             if not self._drawn:
-                return False
-            _COLLECT(2)
-            return True
+                return None
+            return _COLLECT(2)
 
-    def collect_whole(self, classes: Sequence[type] = ()) -> tuple[int, list[object]]:
+    def collect_whole(
+        self, classes: Sequence[type] = (), *, remember: bool = False
+    ) -> tuple[int, list[object]]:
         """Collect the whole heap and keep the line: the number collected, and what was new.
 
         What was new: the instances of ``classes`` made since the line was drawn that outlive
         the collection, and those made during it (by finalizers, or other threads while they
         ran). The listing, the thaw, the collection and the new line are one call into C; what
-        was new is held only weakly during the collection, so that it can collect it.
+        was new is held only weakly during the collection, so that it can collect it. With
+        ``remember`` (other code's collection), what was new is kept weakly for ``frozen_new``;
+        without, the collection moves the line as ``draw`` does.
         """
         with self.lock:
             if not self._drawn or self._thawed:
@@ -401,6 +443,8 @@ class Boundary:
                 items = _in_one_call(
                     itertools.chain(
                         _listing(classes, (0, 1, 2), weak=True),
+                        (_MARKER,),
+                        _weakly_referable((0, 1, 2)) if remember else (),
                         (_MARKER,),
                         _call(_UNFREEZE),
                         itertools.starmap(_COLLECT, ((2,),)),
@@ -415,6 +459,11 @@ class Boundary:
                 self._thawed = False
             self._blocks = sys.getallocatedblocks()
             refs, rest = _split(items, _MARKER)
+            frozen, rest = _split(rest, _MARKER)
+            if remember:
+                self._remember(frozen)
+            else:
+                self._frozen_new = []
             collected: int = rest[0]
             return collected, [*_alive(refs), *rest[1:]]
 
@@ -438,6 +487,8 @@ class Boundary:
                     itertools.chain(
                         _listing(self.new_classes(), (0, 1, 2), weak=True),
                         (_MARKER,),
+                        _weakly_referable((0, 1, 2)),
+                        (_MARKER,),
                         _call(_UNFREEZE),
                         pipeline,
                         _call(_FREEZE),
@@ -448,7 +499,9 @@ class Boundary:
                 raise
             finally:
                 self._thawed = False
-            refs, result = _split(items, _MARKER)
+            refs, rest = _split(items, _MARKER)
+            frozen, result = _split(rest, _MARKER)
+            self._remember(frozen)
             new = _alive(refs)
             del refs
             if new:
@@ -465,7 +518,7 @@ class Boundary:
     def _collect(self) -> int:
         """``gc.collect()`` called by other code while the line is drawn: the whole heap."""
         with self.lock:
-            collected, new = self.collect_whole(self.new_classes())
+            collected, new = self.collect_whole(self.new_classes(), remember=True)
             if new:
                 self.adopt(new)
             return collected
@@ -519,6 +572,13 @@ def _restore_gc_functions() -> None:
         if getattr(getattr(gc, name), "__wrapped__", None) is original:
             setattr(gc, name, original)
 
+
+#: A type's ``__weakrefoffset__`` read through ``type``'s own descriptor: C alone, whatever
+#: the metaclass (non-zero: its instances take weak references).
+_WEAKREF_OFFSET = type.__dict__["__weakrefoffset__"].__get__
+#: The most weak references ``frozen_new`` keeps; past that, the proof that needs them may fail
+#: (and the whole heap is collected instead).
+MAX_FROZEN_NEW = 50_000
 
 _GET_OBJECTS = gc.get_objects
 _GET_REFERRERS = gc.get_referrers

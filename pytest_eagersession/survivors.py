@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias, Union
 
-from pytest_eagersession import heap
+from pytest_eagersession import garbage, heap
 from pytest_eagersession._tf import gradients, resources
 from pytest_eagersession._tf.callbacks import op_callback
 from pytest_eagersession._tf.context import clear_caches as clear_tensorflow_caches
@@ -132,28 +132,86 @@ def find(
     ``generator_before`` is TensorFlow's global random generator when the session began: one
     that replaced it since (``tf.random.set_global_generator``) is a survivor, not a singleton.
     The first collection walks what was made since the tracker's line alone (a session that
-    closes keeps its objects there until this check ends). Only if a survivor is left that
-    would be reported (neither allowed nor kept by TensorFlow) is the heap collected whole,
-    since an old cycle may be what keeps it, and the survivors found again: TensorFlow's caches
-    keep something after most tests that build models, and a whole collection with TensorFlow
-    loaded costs hundreds of milliseconds. Nor is one that ``kept_elsewhere`` says the caller
-    hands to another owner (a wider scope's fixture value reaches it). A survivor that
-    ``retention`` says TensorFlow keeps is marked so.
+    closes keeps its objects there until this check ends), again while it frees something and a
+    survivor is left that would be reported (neither allowed, nor kept by TensorFlow, nor one
+    that ``kept_elsewhere`` says the caller hands to another owner). Such a survivor may be
+    part of a cycle frozen while alive: proven garbage (``_without_garbage``), it is dropped. Only
+    what is left unproven makes the check collect the heap whole, since an old cycle may be
+    what keeps it, and find the survivors again: a whole collection with TensorFlow loaded
+    costs hundreds of milliseconds. A survivor that ``retention`` says TensorFlow keeps is
+    marked so.
     """
     if not ownership.alive(since):
         return []
-    whole = not TRACKER.collect_new()
-    if whole:  # no line drawn: the one collection is of the whole heap
+
+    def reported(survivor: Survivor) -> bool:
+        return (
+            not survivor.allowed
+            and survivor.retention is None
+            and not (kept_elsewhere is not None and kept_elsewhere(survivor))
+        )
+
+    collected = TRACKER.collect_new()
+    if collected is None:  # no line drawn: the one collection is of the whole heap
         TRACKER.collect_whole()
     found = _survivors(ownership, since, is_detached, allow, generator_before, retention)
-    if not whole and any(
-        not s.allowed and s.retention is None and not (kept_elsewhere and kept_elsewhere(s))
-        for s in found
-    ):
-        found = []  # weak references and text only, but nothing of theirs is needed now
-        TRACKER.collect_whole()
+    if collected is None or not any(map(reported, found)):
+        return found
+    # What a collection's finalizers and weak reference callbacks let go, the next one frees.
+    for _ in range(MORE_YOUNG_COLLECTIONS):
+        if not collected:
+            break
+        collected = TRACKER.collect_new() or 0
         found = _survivors(ownership, since, is_detached, allow, generator_before, retention)
-    return found
+        if not any(map(reported, found)):
+            return found
+    left = _without_garbage(found, reported)
+    if left is not None:
+        return left
+    found = []  # weak references and text only, but nothing of theirs is needed now
+    TRACKER.collect_whole()
+    return _survivors(ownership, since, is_detached, allow, generator_before, retention)
+
+
+#: Young collections the check may repeat while each frees something and a survivor is left.
+MORE_YOUNG_COLLECTIONS = 3
+#: The most bytes of tensors and variables that survivors proven garbage may hold and still be
+#: left to the interpreter's next whole collection; past it the check collects them at once.
+GARBAGE_LEFT_BYTES = 1 << 20
+
+
+def _without_garbage(
+    found: list[Survivor], reported: Callable[[Survivor], bool]
+) -> list[Survivor] | None:
+    """``found`` less the survivors proven garbage without a whole collection; None unless
+    every one that ``reported`` is proven, and those proven hold at most
+    ``GARBAGE_LEFT_BYTES``.
+
+    A cycle that died after other code collected or listed the heap was frozen while alive
+    (``heap.Boundary``): the young collection cannot reach it, a whole one costs hundreds of
+    milliseconds with TensorFlow loaded. Trial deletion over what the survivors and the objects
+    frozen while new lead to (``garbage.unreachable``) proves such a cycle dead in about a
+    millisecond; it stays in memory until the interpreter's next whole collection, as it would
+    without the plugin.
+    """
+    proven = garbage.unreachable(
+        [s.ref for s in found if s.ref is not None],
+        TRACKER.frozen_new(),
+        new=heap.ids((0, 1, 2)),  # what the line holds: made since it was drawn
+    )
+    if not proven:
+        return None
+    dead: list[Survivor] = []
+    left: list[Survivor] = []
+    for survivor in found:
+        obj = survivor.ref() if survivor.ref is not None else None
+        (dead if obj is None or id(obj) in proven else left).append(survivor)
+        del obj
+    if any(map(reported, left)):
+        return None
+    if sum(s.description.nbytes or 0 for s in dead) > GARBAGE_LEFT_BYTES:
+        return None
+    return left
 
 
 def _survivors(

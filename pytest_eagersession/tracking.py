@@ -277,13 +277,17 @@ class Tracker:
                 return None
             return of_types_weakly(types, (0, 1, 2))
 
-    def collect_new(self, session: Owner | None = None) -> bool:
-        """Collect what was made since the line, alone: False where no line is drawn, or where
-        ``session`` (when given) does not own new objects now."""
+    def collect_new(self, session: Owner | None = None) -> int | None:
+        """Collect what was made since the line, alone: the number collected, or None where no
+        line is drawn, or where ``session`` (when given) does not own new objects now."""
         with self._lock:
             if session is not None and self.owner() is not session:
-                return False
+                return None
             return BOUNDARY.collect_new()
+
+    def frozen_new(self) -> list[weakref.ref[Any]]:
+        """Weak references to what other code's heap-wide calls froze while it was new."""
+        return BOUNDARY.frozen_new()
 
     def collect_whole(self) -> None:
         """Collect the whole heap; the line stays where it is."""

@@ -107,7 +107,8 @@ def stress_tensorflow_threads(
     With ``heap_users``, two more threads use the paths that thaw the heap while a session's
     line is drawn: one lists referrers (``gc.get_referrers``) and collects the whole heap
     (``gc.collect()``) in turn, one activates a session of its own around its ops, as a thread
-    a test starts may.
+    a test starts may, and now and then leaves a cycle frozen by its own ``gc.collect()`` to
+    die before the session closes (the close's garbage proof walks it).
 
     Returns ``(errors, rounds)``: every error of any thread as ``--- where:`` and its traceback
     (those the loops catch, and those that reach ``threading.excepthook``, such as a session's
@@ -168,6 +169,10 @@ def stress_tensorflow_threads(
         except Exception:
             record(f"thread {name}", traceback.format_exc())
 
+    class Holder:
+        variable: object
+        itself: object
+
     def session_user() -> None:
         from pytest_eagersession import EagerSession
 
@@ -180,6 +185,11 @@ def stress_tensorflow_threads(
                     total = tf.reduce_sum(tf.constant([float(n) for n in numbers]))
                     if float(total) != sum(numbers):
                         raise AssertionError(f"wrong sum: {float(total)}")
+                    if done % 4 == 1:  # a cycle alive at a collection, dead at the close:
+                        held = Holder()  # the close's garbage proof walks it
+                        held.variable, held.itself = tf.Variable(total), held
+                        gc.collect()
+                        del held
                 done += 1
                 rounds[name] = done
         except Exception:

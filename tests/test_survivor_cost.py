@@ -56,3 +56,77 @@ def test_a_survivor_a_wider_fixture_takes_over_costs_no_whole_collection(
     result = run_inner(pytester, "-p", "no:randomly", "-k", "itself")
     result.assert_outcomes(passed=1, errors=1)
     assert whole_collections == [1]  # a survivor it reports: the heap is collected whole first
+
+
+FROZEN_CYCLE_SUITE = """
+    import gc
+    import weakref
+
+    import tensorflow as tf
+
+    class Layer:
+        def __init__(self, size):
+            self.weights = [tf.Variable(tf.zeros([size]))]
+            self.call = lambda: self.weights  # the layer's own closure: a cycle
+
+    KEPT = []
+
+    def build_and_collect(size):
+        layer = Layer(size)
+        gc.collect()  # alive at the code's own collection: frozen with the rest
+        return weakref.ref(layer)
+
+    def test_a_layer_that_dies_after_a_collection():
+        assert build_and_collect(4)() is not None  # dead now, but only in its cycle
+
+    def test_a_big_layer_that_dies_after_a_collection():
+        assert build_and_collect(1 << 19)() is not None  # 2 MiB of weights
+
+    def test_a_layer_that_module_state_keeps():
+        KEPT.append(build_and_collect(4)())
+
+    class Watched:
+        pass
+
+    WATCHES = []
+
+    def clear_when_collected(registry):
+        trigger = Watched()
+        trigger.itself = trigger
+        WATCHES.append(weakref.ref(trigger, lambda _: registry.clear()))
+
+    def test_a_cycle_freed_by_a_weak_reference_callback():
+        # the layer's cycle is let go by the callback, when a collection frees the trigger
+        clear_when_collected({"layer": Layer(4)})
+"""
+
+
+def test_a_cycle_frozen_while_alive_is_proven_dead_without_a_whole_collection(
+    pytester: pytest.Pytester, whole_collections: list[int]
+) -> None:
+    """Code that calls gc.collect() midway freezes what is alive then; a cycle of it that dies
+    later is proven garbage by trial deletion, not by a whole collection."""
+    pytester.makepyfile(test_frozen=FROZEN_CYCLE_SUITE)
+    result = run_inner(pytester, "-p", "no:randomly", "-k", "a_layer_that_dies or weak_reference")
+    result.assert_outcomes(passed=2)
+    assert whole_collections == []
+
+
+def test_a_big_dead_cycle_is_collected_at_once(
+    pytester: pytest.Pytester, whole_collections: list[int]
+) -> None:
+    """Proven garbage that holds more than a MiB of tensors is collected now, not left."""
+    pytester.makepyfile(test_frozen=FROZEN_CYCLE_SUITE)
+    result = run_inner(pytester, "-p", "no:randomly", "-k", "big_layer")
+    result.assert_outcomes(passed=1)
+    assert whole_collections == [1]
+
+
+def test_a_frozen_cycle_that_module_state_keeps_is_still_a_leak(
+    pytester: pytest.Pytester, whole_collections: list[int]
+) -> None:
+    pytester.makepyfile(test_frozen=FROZEN_CYCLE_SUITE)
+    result = run_inner(pytester, "-p", "no:randomly", "-k", "module_state_keeps")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*held by test_frozen.KEPT (list)*"])
+    assert whole_collections == [1]
