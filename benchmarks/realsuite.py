@@ -11,7 +11,12 @@ at its teardown. Any other difference (a failure, another error, a test that pas
 the plugin) breaks the gate.
 
     python benchmarks/realsuite.py [--only on|off] [--suite NAME ...] [--json PATH] [-n N]
-                                   [--eagersession-OPTION=VALUE ...] [-- PYTEST_ARGS ...]
+                                   [--rounds N] [--eagersession-OPTION=VALUE ...]
+                                   [-- PYTEST_ARGS ...]
+
+``--rounds 2`` runs each side twice, off-on-on-off, and adds the times up: on a machine whose
+speed drifts while the gate runs (a shared one does, by several percent in a few minutes), the
+side that runs second would otherwise carry the drift alone.
 
 ``--eagersession-*`` options go to the plugin-on runs; ``-n`` and everything after ``--``
 (``-k``, ``-x``, ...) go to every run. ``--suite keras`` or ``--suite sonnet`` runs that suite
@@ -27,6 +32,7 @@ a usage error, no report).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.metadata
 import importlib.util
 import json
@@ -312,12 +318,26 @@ class Run:
             "total": len(self.results)
         }
 
+    rounds: int = 1
+
+    def timed_with(self, other: Run) -> Run:
+        """This run, its times added to those of ``other`` (a later round of the same side);
+        its outcomes stay this run's, its exit status the worse of the two."""
+        return dataclasses.replace(
+            self,
+            returncode=max(self.returncode, other.returncode),
+            wall_s=self.wall_s + other.wall_s,
+            cpu_s=self.cpu_s + other.cpu_s,
+            rounds=self.rounds + other.rounds,
+        )
+
     def figures(self) -> dict[str, Any]:
         """The run's entry of the gate's JSON: counts, times, exit status."""
         return {
             "counts": self.counts(),
             "wall_s": round(self.wall_s, 2),
             "cpu_s": round(self.cpu_s, 2),
+            "rounds": self.rounds,
             "returncode": self.returncode,
         }
 
@@ -416,12 +436,17 @@ def pytest_command(
 
 
 def run_side(
-    suite: Suite, name: str, paths: Sequence[str], extra: Sequence[str], plugin: bool
+    suite: Suite,
+    name: str,
+    paths: Sequence[str],
+    extra: Sequence[str],
+    plugin: bool,
+    round_: int = 0,
 ) -> Run:
-    """One pytest run of one suite, plugin ``name`` ("off" or "on")."""
+    """One pytest run of one suite, plugin ``name`` ("off" or "on"), in round ``round_``."""
     results_dir = STAGE / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{suite.name}-{name}"
+    stem = f"{suite.name}-{name}" + (f"-round{round_ + 1}" if round_ else "")
     junit = results_dir / f"junit-{stem}.xml"
     report = results_dir / f"eagersession-{stem}.json"
     log = results_dir / f"output-{stem}.txt"
@@ -477,6 +502,7 @@ def merged(runs: Sequence[Run]) -> Run:
         leaks={key: leaks for run in runs for key, leaks in run.leaks.items()},
         log=runs[0].log,
         suite="all",
+        rounds=runs[0].rounds,
     )
 
 
@@ -837,6 +863,12 @@ def print_suites(suites: dict[str, dict[str, Any]]) -> None:
         broken = figures.get("broken", len(figures.get("baseline_failures", [])))
         leaked = figures.get("changed_by_leak_report", "-")
         print(f"   {name:<9}{tests:>7}{off:>10}{on:>10}{wall:>13}{cpu:>12}{broken:>8}{leaked:>14}")
+    rounds = max(
+        (run.get("rounds", 1) for f in suites.values() for run in f.get("runs", {}).values()),
+        default=1,
+    )
+    if rounds > 1:
+        print(f"   (each side ran {rounds} times, in ABBA order; the times are the sums)")
 
 
 # ----------------------------------------------------------------------------- main
@@ -861,6 +893,15 @@ def split_arguments(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str],
     )
     parser.add_argument("--json", metavar="PATH", help="write the figures as JSON here")
     parser.add_argument("-n", "--numprocesses", metavar="N", help="pytest-xdist, both runs")
+    parser.add_argument(
+        "--rounds",
+        type=positive,
+        default=1,
+        metavar="N",
+        help="run each side N times, in ABBA order (off on, on off, ...), so that a machine "
+        "that slows down or speeds up during the gate weighs on both sides alike; the times "
+        "add up, the outcomes are the first round's (default 1)",
+    )
     options, rest = parser.parse_known_args(argv)
     plugin_only: list[str] = []
     unknown: list[str] = []
@@ -884,6 +925,27 @@ def split_arguments(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str],
     if options.numprocesses is not None:
         both = ["-n", options.numprocesses, *both]
     return options, both, plugin_only
+
+
+def abba(names: Sequence[str], rounds: int) -> list[tuple[int, str]]:
+    """``(round, side)`` in the order to run them: the sides in turn, reversed every other
+    round (off on, on off, off on, ...)."""
+    return [
+        (round_, name)
+        for round_ in range(rounds)
+        for name in (names if round_ % 2 == 0 else names[::-1])
+    ]
+
+
+def positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
 
 
 def version(*distributions: str) -> str | None:
@@ -981,7 +1043,7 @@ def report_suite(suite: Suite, off: Run | None, on: Run | None) -> dict[str, Any
         )
     if on is not None and on.report is not None:
         figures["profile"] = read_profile(on.report)
-        print_profile(figures["profile"], on.wall_s, suite.name)
+        print_profile(figures["profile"], on.wall_s / on.rounds, suite.name)
     if on is None:
         assert off is not None
         figures["baseline_failures"] = baseline_failures(off, suite.name)
@@ -1016,14 +1078,21 @@ def main(argv: Sequence[str]) -> int:
         print("VERDICT: INCOMPLETE: no suite could run; nothing compared", flush=True)
         return 2
     sides: dict[str, dict[str, Run]] = {}
+    names = [name for name in ("off", "on") if options.only in (None, name)]
     try:
         for suite, paths in staged:
             sides[suite.name] = {}
-            if options.only != "on":
-                sides[suite.name]["off"] = run_side(suite, "off", paths, both, plugin=False)
-            if options.only != "off":
-                extra = [*both, *plugin_only]
-                sides[suite.name]["on"] = run_side(suite, "on", paths, extra, plugin=True)
+            for round_, name in abba(names, options.rounds):
+                run = run_side(
+                    suite,
+                    name,
+                    paths,
+                    [*both, *plugin_only] if name == "on" else both,
+                    plugin=name == "on",
+                    round_=round_,
+                )
+                first = sides[suite.name].get(name)
+                sides[suite.name][name] = run if first is None else first.timed_with(run)
     except RunIncomplete as error:
         print(f"\nrealsuite: {error}", file=sys.stderr)
         print("VERDICT: INCOMPLETE: a run did not finish; nothing compared", flush=True)

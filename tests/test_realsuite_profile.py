@@ -125,3 +125,35 @@ def test_the_suites_table_shows_each_suite_its_ratio_and_one_not_run(
     keras = next(line for line in lines if line.strip().startswith("keras"))
     assert keras.split() == ["keras", "2", "10.0s", "12.0s", "1.20x", "1.20x", "0", "0"]
     assert "   sonnet    not run: dm-sonnet is not installed" in lines
+
+
+def test_rounds_run_in_abba_order_so_that_drift_weighs_on_both_sides() -> None:
+    assert realsuite.abba(["off", "on"], 1) == [(0, "off"), (0, "on")]
+    assert realsuite.abba(["off", "on"], 3) == [
+        (0, "off"),
+        (0, "on"),
+        (1, "on"),
+        (1, "off"),
+        (2, "off"),
+        (2, "on"),
+    ]
+    assert realsuite.abba(["on"], 2) == [(0, "on"), (1, "on")]
+
+
+def test_a_later_round_adds_its_times_and_its_exit_status_to_the_first_rounds_outcomes(
+    tmp_path: Path,
+) -> None:
+    first = realsuite.Run("on", 0, 50.0, 60.0, {"t": realsuite.TestResult()}, {}, tmp_path)
+    later = realsuite.Run("on", 1, 52.0, 61.0, {}, {}, tmp_path)
+    both = first.timed_with(later)
+    assert (both.wall_s, both.cpu_s, both.rounds) == (102.0, 121.0, 2)
+    assert both.results == first.results
+    assert both.returncode == 1
+    assert both.figures()["rounds"] == 2
+
+
+def test_the_number_of_rounds_is_checked() -> None:
+    options, _, _ = realsuite.split_arguments(["--rounds", "2"])
+    assert options.rounds == 2
+    with pytest.raises(SystemExit):
+        realsuite.split_arguments(["--rounds", "0"])
