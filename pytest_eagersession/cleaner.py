@@ -19,6 +19,7 @@ import queue
 import threading
 import time
 import weakref
+from typing import Any
 
 from pytest_eagersession._tf import is_ready as tensorflow_ready
 from pytest_eagersession._tf.classes import byte_holders, tensor_measures, variable_nbytes
@@ -72,6 +73,8 @@ class GarbageWatch:
         self._baseline = False  # a collection since the line showed what the code keeps
         self._lock = threading.Lock()
         self._types: frozenset[type] = frozenset()
+        self._sizes: dict[int, tuple[weakref.ref[Any], int]] = {}  # by id of a weak reference
+        self._sizes_pruned_at = 1024
         self.listing_seconds = 0.0
         """The CPU time the last look took to list and count the bytes (collecting aside; waiting
         for the interpreter while the loop runs is not the look's cost)."""
@@ -92,6 +95,7 @@ class GarbageWatch:
             self._step = self.threshold
             self._baseline = False
             self._types = frozenset()
+            self._sizes = {}
 
     def note(self, nbytes: int) -> None:
         """Count ``nbytes`` of op outputs; look once half a threshold of them came."""
@@ -130,6 +134,31 @@ class GarbageWatch:
             self._least, self._last = least, total
         return max(grown, 0)
 
+    def _variable_bytes(self, refs: list[weakref.ref[Any]]) -> int:
+        """The bytes of the live variables of ``refs``, each read once while it lives.
+
+        A variable's shape and dtype are fixed, and reading them runs Python code in
+        TensorFlow: a session with hundreds of variables paid that at every look. The sizes are
+        kept by the weak reference the listing returns (the same object for one variable while
+        it lives, since ``weakref.ref`` hands back the one it made before), never by the variable.
+        """
+        sizes = self._sizes
+        total = 0
+        variable = None
+        for ref in refs:
+            entry = sizes.get(id(ref))
+            variable = ref()
+            if variable is None:
+                continue
+            if entry is None:
+                entry = sizes[id(ref)] = (ref, variable_nbytes(variable))
+            total += entry[1]
+        variable = None  # no variable outlives the count in this frame
+        if len(sizes) > self._sizes_pruned_at:
+            self._sizes = {key: entry for key, entry in sizes.items() if entry[0]() is not None}
+            self._sizes_pruned_at = max(1024, 2 * len(self._sizes))
+        return total
+
     def _bytes(self) -> int | None:
         if not tensorflow_ready():
             return None
@@ -144,8 +173,9 @@ class GarbageWatch:
             if found is None:
                 return None
             with COUNTING:
-                variables = filter(None, map(weakref.ref.__call__, others(found, tensors)))
-                return measured(found, tensors, measures) + sum(map(variable_nbytes, variables))
+                return measured(found, tensors, measures) + self._variable_bytes(
+                    others(found, tensors)
+                )
         except Exception:  # a tensor half built (TensorFlow's status error), or died meanwhile
             return None
         finally:

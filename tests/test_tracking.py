@@ -20,6 +20,7 @@ from support import IN_BACKGROUND, ON_SAFE_POINTS, ON_SESSION_CLOSE
 from support import wait_until as wait_for
 
 from pytest_eagersession import EagerSession, NativeReference, ResourceCleanupStrategy, cleaner
+from pytest_eagersession._tf.classes import variable_nbytes
 from pytest_eagersession.cleaner import CYCLE_BYTES_THRESHOLD, GarbageWatch
 from pytest_eagersession.survivors import Survivor
 from pytest_eagersession.tracking import TRACKER
@@ -999,6 +1000,33 @@ def test_the_watch_collects_once_garbage_passes_the_threshold(make_session) -> N
         watch.look()
         assert watch.collections == 1
         assert first() is None
+
+
+def test_a_variables_size_is_read_once_while_it_lives_and_never_keeps_it(
+    make_session, monkeypatch
+) -> None:
+    """Reading a variable's shape runs TensorFlow's Python code; the watch does it once."""
+    read: list[int] = []
+
+    def counted(variable: Any) -> int:
+        read.append(id(variable))
+        return variable_nbytes(variable)
+
+    monkeypatch.setattr(cleaner, "variable_nbytes", counted)
+    session = make_session(ON_SESSION_CLOSE, track_creation=False)
+    with automatic_gc_held_off(), session:
+        watch = GarbageWatch(session, threshold=64 * MIB)
+        variable = tf.Variable(tf.zeros([256, 1024]))  # 1 MiB
+        watch.look()
+        assert watch.look() == 0
+        assert read.count(id(variable)) == 1
+        other = tf.Variable(tf.zeros([128, 1024]))  # 0.5 MiB more
+        assert watch.look() == MIB // 2
+        assert read.count(id(other)) == 1
+        assert read.count(id(variable)) == 1
+        gone = weakref.ref(variable)
+        del variable
+        assert gone() is None  # the watch keeps no variable alive
 
 
 def test_bytes_kept_on_purpose_make_the_watch_wait_longer(make_session) -> None:
