@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import queue
+import sys
 import threading
 import time
 import weakref
@@ -23,7 +24,7 @@ from typing import Any
 
 from pytest_eagersession._tf import is_ready as tensorflow_ready
 from pytest_eagersession._tf.classes import byte_holders, tensor_measures, variable_nbytes
-from pytest_eagersession.heap import family, measured, others
+from pytest_eagersession.heap import BOUNDARY, family, measured, others
 from pytest_eagersession.references import STOP, WAKE, ReferenceRegistry, report_failures
 from pytest_eagersession.tracking import TRACKER, Owner
 from pytest_eagersession.wakeups import ask_for_prompt_wakeups
@@ -74,6 +75,8 @@ class GarbageWatch:
         self._lock = threading.Lock()
         self._types: frozenset[type] = frozenset()
         self._sizes: dict[int, tuple[weakref.ref[Any], int]] = {}  # by id of a weak reference
+        self._older: list[weakref.ref[Any]] = []  # the older generations' last listing
+        self._older_key: tuple[int, ...] | None = None  # and when it was made
         self._sizes_pruned_at = 1024
         self.listing_seconds = 0.0
         """The CPU time the last look took to list and count the bytes (collecting aside; waiting
@@ -96,6 +99,7 @@ class GarbageWatch:
             self._baseline = False
             self._types = frozenset()
             self._sizes = {}
+            self._older, self._older_key = [], None
 
     def note(self, nbytes: int) -> None:
         """Count ``nbytes`` of op outputs; look once half a threshold of them came."""
@@ -134,6 +138,31 @@ class GarbageWatch:
             self._least, self._last = least, total
         return max(grown, 0)
 
+    def _listed(self) -> list[weakref.ref[Any]] | None:
+        """Weak references to the tensors and variables the session made (None: it owns no new
+        objects now). What the two older generations hold is listed again only after a
+        collection or a freeze moved objects: between those, objects enter the youngest alone,
+        and leave the others only by dying (their weak references tell). A session that keeps
+        thousands of tensors alive would otherwise have them all listed at every look.
+        """
+        key = _generations_key()
+        if key is not None and key == self._older_key:
+            young = TRACKER.new_weakly(self._owner, self._types, (0,))
+            if young is None:
+                return None
+            if _generations_key() == key:
+                return self._older + young
+        listed = TRACKER.new_weakly_by_age(self._owner, self._types)
+        if listed is None:
+            self._older, self._older_key = [], None
+            return None
+        young, older = listed
+        if key is not None and _generations_key() == key:
+            self._older, self._older_key = older, key
+        else:
+            self._older, self._older_key = [], None
+        return young + older
+
     def _variable_bytes(self, refs: list[weakref.ref[Any]]) -> int:
         """The bytes of the live variables of ``refs``, each read once while it lives.
 
@@ -169,7 +198,7 @@ class GarbageWatch:
         try:
             # Weakly: TensorFlow's C functions let other threads run now and then, and the
             # code is often still using what is listed (nothing of ours may show as a holder).
-            found = TRACKER.new_weakly(self._owner, self._types)
+            found = self._listed()
             if found is None:
                 return None
             with COUNTING:
@@ -180,6 +209,16 @@ class GarbageWatch:
             return None
         finally:
             self.listing_seconds = time.thread_time() - started
+
+
+def _generations_key() -> tuple[int, ...] | None:
+    """What changes whenever objects move between the collector's generations: the count of
+    collections of each, and the line's moves (``heap.Boundary.moves``); None while a move is
+    under way, or where the generations work otherwise (Python 3.14's incremental collector)."""
+    moves = BOUNDARY.moves
+    if moves % 2 or sys.version_info >= (3, 14):
+        return None
+    return (moves, *(generation["collections"] for generation in gc.get_stats()))
 
 
 class Cleaner:

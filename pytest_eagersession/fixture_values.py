@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import Any
 
-from pytest_eagersession import heap
+from pytest_eagersession import walks
 from pytest_eagersession.kinds import RESOURCE_HANDLE, TENSOR
 from pytest_eagersession.session import EagerSession
 from pytest_eagersession.survivors import Survivor
@@ -40,7 +40,7 @@ def reachable_ids(roots: Iterable[object], limit: int = REACH_LIMIT) -> set[int]
     frames = _thread_frames(roots)
     roots.extend(frames)
     roots.extend(_globals_named(frames))
-    return heap.reachable(roots, limit=limit, opaque=partial(_opaque, namespaces=namespaces))
+    return walks.reachable(roots, limit=limit, opaque=partial(_opaque, namespaces=namespaces))
 
 
 def _opaque(obj: object, *, namespaces: set[int]) -> bool:

@@ -30,7 +30,6 @@ import itertools
 import operator
 import sys
 import threading
-import types
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
@@ -62,13 +61,29 @@ def of_types_weakly(types: frozenset[type], generations: Sequence[int]) -> list[
     """
     if not types or not generations:
         return []
+    return _in_one_call(_weak_selection(types, generations))
+
+
+def of_types_weakly_by_age(
+    types: frozenset[type], younger: Sequence[int], older: Sequence[int]
+) -> tuple[list[weakref.ref[Any]], list[weakref.ref[Any]]]:
+    """``of_types_weakly`` of the ``younger`` and of the ``older`` generations, apart, listed
+    in one call: no object can move from one to the other in between."""
+    items = _in_one_call(
+        itertools.chain(_weak_selection(types, younger), (_MARKER,), _weak_selection(types, older))
+    )
+    return _split(items, _MARKER)
+
+
+def _weak_selection(types: frozenset[type], generations: Sequence[int]) -> Iterator[Any]:
+    """The pipeline of ``of_types_weakly``, to consume inside one call (``_in_one_call``)."""
     listings = itertools.tee(map(_GET_OBJECTS, generations), 3)
     selected = itertools.compress(
         itertools.chain.from_iterable(listings[0]),
         map(types.__contains__, map(type, itertools.chain.from_iterable(listings[1]))),
     )
     emptied: filter[None] = filter(None, map(list.clear, listings[2]))
-    return _in_one_call(itertools.chain(map(weakref.ref, selected), emptied))
+    return itertools.chain(map(weakref.ref, selected), emptied)
 
 
 def ids(generations: Sequence[int]) -> set[int]:
@@ -261,65 +276,6 @@ def _subclass_test(cls: type) -> partial[bool]:
     return partial(type.__subclasscheck__, cls)
 
 
-def referents(objects: Sequence[object]) -> list[object]:
-    """What ``objects`` refer to, as the walks from known roots follow it.
-
-    A function leads to its closure cells' contents, its defaults and its ``__dict__``, a frame
-    to its locals and the frame below it: never to their globals, builtins or code, from where
-    everything would be reachable. Other objects lead to their gc referents. Forward walks are
-    safe from other threads: a tuple still being built is referred to by nothing.
-    """
-    found: list[object] = []
-    plain: list[object] = []
-    for obj in objects:
-        if isinstance(obj, types.FunctionType):
-            for cell in obj.__closure__ or ():
-                with contextlib.suppress(ValueError):  # an empty cell
-                    found.append(cell.cell_contents)
-            found.extend((obj.__defaults__, obj.__kwdefaults__, obj.__dict__))
-        elif isinstance(obj, types.FrameType):
-            found.extend(
-                child
-                for child in gc.get_referents(obj)
-                if child is not obj.f_globals
-                and child is not obj.f_builtins
-                and not isinstance(child, types.CodeType)
-            )
-        else:
-            plain.append(obj)
-    found.extend(gc.get_referents(*plain))
-    return found
-
-
-def reachable(
-    roots: Iterable[object],
-    *,
-    limit: int,
-    opaque: Callable[[object], bool],
-    leaves: Callable[[object], bool] | None = None,
-) -> set[int]:
-    """Ids of what ``roots`` reach through ``referents``, not through ``opaque`` objects.
-
-    Breadth first, up to about ``limit`` objects; the objects themselves are dropped. An object
-    ``leaves`` accepts is reached but not walked through.
-    """
-    seen: set[int] = set()
-    frontier = [root for root in roots if not opaque(root)]
-    try:
-        while frontier and len(seen) < limit:
-            fresh = []
-            for obj in frontier:
-                if id(obj) not in seen:
-                    seen.add(id(obj))
-                    if leaves is None or not leaves(obj):
-                        fresh.append(obj)
-            frontier = [child for child in referents(fresh) if not opaque(child)]
-            del fresh
-    finally:
-        frontier = []
-    return seen
-
-
 def whole_heap_visible() -> bool:
     """Whether a listing of the heap (``referrers``) can see all of it.
 
@@ -362,6 +318,22 @@ class Boundary:
         self._thawed = False  # inside one of our thawing calls (a finalizer may call gc again)
         self._blocks = 0  # the interpreter's allocated blocks when the heap was last collected
         self._frozen_new: list[weakref.ref[Any]] = []
+        self._moves = 0
+
+    @property
+    def moves(self) -> int:
+        """A count that changes as each freeze or thaw of ours begins and as it ends (odd while
+        one is under way): a caller that saw the same even count before and after a listing
+        of the generations knows that none moved objects out of them meanwhile."""
+        return self._moves
+
+    @contextlib.contextmanager
+    def _moving(self) -> Iterator[None]:
+        self._moves += 1
+        try:
+            yield
+        finally:
+            self._moves += 1
 
     def frozen_new(self) -> list[weakref.ref[Any]]:
         """Weak references to what was new, of the objects that take one, when a thaw (a call
@@ -391,7 +363,7 @@ class Boundary:
         meanwhile is either listed or made after the line. Not drawn before, nothing is listed
         (everything in the heap would be) and the line is drawn for the first time.
         """
-        with self.lock:
+        with self.lock, self._moving():
             self._frozen_new = []
             if not self._drawn:
                 _FREEZE()
@@ -403,7 +375,7 @@ class Boundary:
 
     def erase(self, classes: Sequence[type] = ()) -> list[object]:
         """Thaw everything: return the instances of ``classes`` made since the line was drawn."""
-        with self.lock:
+        with self.lock, self._moving():
             self._frozen_new = []
             if not self._drawn:
                 return []
@@ -435,7 +407,7 @@ class Boundary:
         ``remember`` (other code's collection), what was new is kept weakly for ``frozen_new``;
         without, the collection moves the line as ``draw`` does.
         """
-        with self.lock:
+        with self.lock, self._moving():
             if not self._drawn or self._thawed:
                 return _COLLECT(2), []
             self._thawed = True
@@ -478,7 +450,7 @@ class Boundary:
 
     def whole(self, pipeline: Iterable[Any]) -> list[Any]:
         """``list(pipeline)`` in one call into C, over the whole heap: thawed for it if drawn."""
-        with self.lock:
+        with self.lock, self._moving():
             if not self._drawn or self._thawed:
                 return _in_one_call(pipeline)
             self._thawed = True

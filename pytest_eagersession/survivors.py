@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias, Union
 
-from pytest_eagersession import garbage, heap
+from pytest_eagersession import garbage, heap, walks
 from pytest_eagersession._tf import gradients, resources
 from pytest_eagersession._tf.callbacks import op_callback
 from pytest_eagersession._tf.context import clear_caches as clear_tensorflow_caches
@@ -331,7 +331,7 @@ def tensors_held_by_others(alive: Sequence[tuple[object, str, int]]) -> set[int]
 
     A parked iterator holds its dataset's tensors, a tf.function the tensors it captured:
     reporting the holder says it all, and destroying it (or detaching or allowing it) covers
-    them. The walk (``heap.reachable``) stops at the tensors, and at modules, classes and
+    them. The walk (``walks.reachable``) stops at the tensors, and at modules, classes and
     module dictionaries, so that a function's globals never make a module-level tensor look held.
     """
     tensors = {id(obj) for obj, kind, _ in alive if kind == TENSOR}
@@ -345,7 +345,7 @@ def tensors_held_by_others(alive: Sequence[tuple[object, str, int]]) -> set[int]
         return id(obj) in stops or isinstance(obj, (type, types.ModuleType))
 
     try:
-        reached = heap.reachable(
+        reached = walks.reachable(
             roots, limit=HOLD_WALK_LIMIT, opaque=opaque, leaves=lambda obj: id(obj) in tensors
         )
     finally:
@@ -498,7 +498,7 @@ def _move_onto_graph(name: str, entry: dict[str, Any], function: types.FunctionT
 
 def _reach(root: object) -> set[int]:
     """Ids of what ``root`` reaches through closures, objects and containers (not modules)."""
-    return heap.reachable([root], limit=4 * GRAPH_WALK_LIMIT, opaque=_module_or_class)
+    return walks.reachable([root], limit=4 * GRAPH_WALK_LIMIT, opaque=_module_or_class)
 
 
 def _module_or_class(obj: object) -> bool:
@@ -524,7 +524,7 @@ def _graph_of(function: types.FunctionType) -> Any:
         while level and len(seen) < GRAPH_WALK_LIMIT:
             graphs: dict[int, Any] = {}
             following: list[Any] = []
-            for referent in heap.referents(level):
+            for referent in walks.referents(level):
                 if id(referent) in seen or isinstance(referent, opaque):
                     continue
                 seen.add(id(referent))

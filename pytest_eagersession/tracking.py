@@ -15,11 +15,11 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from pytest_eagersession.frames import stack
-from pytest_eagersession.heap import BOUNDARY, instances, of_types_weakly
+from pytest_eagersession.heap import BOUNDARY, instances, of_types_weakly, of_types_weakly_by_age
 from pytest_eagersession.kinds import Classifier, tensor_nbytes, tensorflow_ready
 
 _PACKAGE_DIR = __file__.rsplit("/", 1)[0]
@@ -268,14 +268,26 @@ class Tracker:
         with self._lock:
             self._give(self.owner(), self._listed())
 
-    def new_weakly(self, session: Owner, types: frozenset[type]) -> list[weakref.ref[Any]] | None:
+    def new_weakly(
+        self, session: Owner, types: frozenset[type], generations: Sequence[int] = (0, 1, 2)
+    ) -> list[weakref.ref[Any]] | None:
         """Weak references to the objects of exactly ``types`` made since the line (garbage
-        included), listed in one call into C; None unless ``session`` owns new objects now,
-        behind a line."""
+        included) that are in ``generations``, listed in one call into C; None unless
+        ``session`` owns new objects now, behind a line."""
         with self._lock:
             if not (BOUNDARY.drawn and self.owner() is session and tensorflow_ready()):
                 return None
-            return of_types_weakly(types, (0, 1, 2))
+            return of_types_weakly(types, generations)
+
+    def new_weakly_by_age(
+        self, session: Owner, types: frozenset[type]
+    ) -> tuple[list[weakref.ref[Any]], list[weakref.ref[Any]]] | None:
+        """``new_weakly``, the youngest generation's apart from the two older ones', in one
+        call into C."""
+        with self._lock:
+            if not (BOUNDARY.drawn and self.owner() is session and tensorflow_ready()):
+                return None
+            return of_types_weakly_by_age(types, (0,), (1, 2))
 
     def collect_new(self, session: Owner | None = None) -> int | None:
         """Collect what was made since the line, alone: the number collected, or None where no

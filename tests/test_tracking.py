@@ -966,13 +966,14 @@ def test_a_looks_cost_is_its_cpu_time_not_its_wait_for_the_interpreter(
     make_session, monkeypatch
 ) -> None:
     """A listing that waits (for the interpreter, here a sleep) is cheap: looks stay frequent."""
-    listed = TRACKER.new_weakly
+    for name in ("new_weakly", "new_weakly_by_age"):
+        listed = getattr(TRACKER, name)
 
-    def waiting(session: Any, types: frozenset[type]) -> list[weakref.ref[Any]] | None:
-        time.sleep(0.01)  # the GIL is released, no CPU is used
-        return listed(session, types)
+        def waiting(*args: Any, listed: Callable[..., Any] = listed) -> Any:
+            time.sleep(0.01)  # the GIL is released, no CPU is used
+            return listed(*args)
 
-    monkeypatch.setattr(TRACKER, "new_weakly", waiting)
+        monkeypatch.setattr(TRACKER, name, waiting)
     session = make_session(IN_BACKGROUND, track_creation=False)
     watch = session._watch
     with session:
@@ -1027,6 +1028,42 @@ def test_a_variables_size_is_read_once_while_it_lives_and_never_keeps_it(
         gone = weakref.ref(variable)
         del variable
         assert gone() is None  # the watch keeps no variable alive
+
+
+def test_the_older_generations_are_listed_again_only_after_objects_moved(
+    make_session, monkeypatch
+) -> None:
+    """Between collections and freezes, a look lists the youngest generation alone and counts
+    the older ones' tensors from its last listing, less those that died since."""
+    full: list[int] = []
+    by_age = TRACKER.new_weakly_by_age
+
+    def counted(*args: Any) -> Any:
+        full.append(1)
+        return by_age(*args)
+
+    monkeypatch.setattr(TRACKER, "new_weakly_by_age", counted)
+    session = make_session(ON_SESSION_CLOSE, track_creation=False)
+    with automatic_gc_held_off(), session:
+        watch = GarbageWatch(session, threshold=64 * MIB)
+        kept = [tf.fill([256, 1024], 0.0), tf.fill([256, 1024], 1.0)]  # 2 MiB
+        gc.collect(0)  # into the older generations
+        watch.look()
+        assert len(full) == 1
+        fresh = tf.fill([128, 1024], 2.0)  # 0.5 MiB, in the youngest
+        assert watch.look() == MIB // 2
+        del kept[0]  # 1 MiB of the older listing dies: counted no more
+        assert watch.look() == 0
+        kept.append(tf.fill([256, 1024], 3.0))
+        assert watch.look() == MIB
+        assert len(full) == 1  # no collection, no freeze: the older listing was kept
+        gc.collect(0)  # objects moved: listed again
+        assert watch.look() == 0
+        assert len(full) == 2
+        gc.freeze()  # the line drawn again (everything new is frozen): listed again
+        watch.look()
+        assert len(full) == 3
+        del fresh
 
 
 def test_bytes_kept_on_purpose_make_the_watch_wait_longer(make_session) -> None:
