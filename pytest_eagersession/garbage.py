@@ -31,14 +31,14 @@ from collections.abc import Collection, Sequence
 from functools import partial
 from typing import Any
 
+from pytest_eagersession.heap import WEAKREF_OFFSET
+
 #: The most objects the set may hold before the proof gives up (about 2 ms per thousand).
 MAX_SET = 20_000
 
 #: What never joins the set: classes, modules and code are reachable from their modules, and
 #: would lead the walk everywhere.
 _NEVER = (type, types.ModuleType, types.CodeType)
-#: A type's ``__weakrefoffset__`` (non-zero: its instances take weak references).
-_WEAKREF_OFFSET = type.__dict__["__weakrefoffset__"].__get__
 
 
 def unreachable(
@@ -86,7 +86,7 @@ def _closure(
                 key not in index
                 and gc.is_tracked(obj)
                 and not isinstance(obj, _NEVER)
-                and (new is None or key in entries or key in new or not _WEAKREF_OFFSET(type(obj)))
+                and (new is None or key in entries or key in new or not WEAKREF_OFFSET(type(obj)))
             ):
                 index[key] = len(members)
                 members.append(obj)

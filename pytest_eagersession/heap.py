@@ -171,7 +171,7 @@ def _weakly_referable(generations: Sequence[int]) -> Iterator[Any]:
     """A pipeline of weak references to the objects of ``generations`` whose type takes one,
     to consume inside one call (``_in_one_call``); it empties its listings."""
     listings = itertools.tee(map(_GET_OBJECTS, generations), 3)
-    referable = map(_WEAKREF_OFFSET, map(type, itertools.chain.from_iterable(listings[1])))
+    referable = map(WEAKREF_OFFSET, map(type, itertools.chain.from_iterable(listings[1])))
     selected = itertools.compress(itertools.chain.from_iterable(listings[0]), referable)
     emptied: filter[None] = filter(None, map(list.clear, listings[2]))
     return itertools.chain(map(weakref.ref, selected), emptied)
@@ -547,7 +547,7 @@ def _restore_gc_functions() -> None:
 
 #: A type's ``__weakrefoffset__`` read through ``type``'s own descriptor: C alone, whatever
 #: the metaclass (non-zero: its instances take weak references).
-_WEAKREF_OFFSET = type.__dict__["__weakrefoffset__"].__get__
+WEAKREF_OFFSET = type.__dict__["__weakrefoffset__"].__get__
 #: The most weak references ``frozen_new`` keeps; past that, the proof that needs them may fail
 #: (and the whole heap is collected instead).
 MAX_FROZEN_NEW = 50_000
