@@ -27,7 +27,7 @@ import itertools
 import sys
 import types
 import weakref
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
@@ -57,11 +57,16 @@ def unreachable(
     what it holds counts as held from outside. A target the proof cannot show dead (held from
     outside the set, or beyond ``limit``, which leaves every target unproven) is not in the
     result; nothing is ever proven by mistake.
+
+    The targets and seeds themselves are held through their weak references alone, dereferenced
+    one at a time, and inside the one call that reads the counts: they may be another thread's
+    fresh objects, which must not show a list of ours among their referrers. What the walk
+    reaches from them, one of them holds too.
     """
-    members, index, wanted = _closure(targets, seeds, new, limit)
+    entries, members, index, wanted = _closure(targets, seeds, new, limit)
     if not wanted:
         return set()
-    reachable = _reachable(members, index)
+    reachable = _reachable(entries, members, index)
     return {key for key in wanted if not reachable[index[key]]}
 
 
@@ -70,14 +75,28 @@ def _closure(
     seeds: Sequence[weakref.ref[Any]],
     new: Collection[int] | None,
     limit: int,
-) -> tuple[list[object], dict[int, int], list[int]]:
-    """The set, each member once; its index by id; the ids of the targets in it (none past
+) -> tuple[list[weakref.ref[Any]], list[object], dict[int, int], list[int]]:
+    """The set: the weak references of its entries (targets and seeds, each once), then the
+    objects the walk reached from them; their index by id (the entries first, then the
+    members after a place left for a probe); the ids of the targets in it (none past
     ``limit``). A function of its own, so that no local of the walk outlives it."""
-    members: list[object] = []
+    entries: list[weakref.ref[Any]] = []
     index: dict[int, int] = {}
-    frontier: list[Any] = [ref() for ref in itertools.chain(targets, seeds)]
-    wanted = [id(obj) for obj in frontier[: len(targets)] if obj is not None]
-    entries = {id(obj) for obj in frontier if obj is not None}
+    wanted: list[int] = []
+    frontier: list[Any] = []
+    for position, ref in enumerate(itertools.chain(targets, seeds)):
+        entry = ref()
+        key = id(entry)
+        if entry is None or key in index or not gc.is_tracked(entry) or isinstance(entry, _NEVER):
+            continue
+        index[key] = len(entries)
+        entries.append(ref)
+        if position < len(targets):
+            wanted.append(key)
+        frontier.extend(_referents_of(entry))
+    entry = None
+    members: list[object] = []
+    offset = len(entries) + 1  # the entries' probe comes between
     while frontier:
         grown = len(members)
         for obj in frontier:
@@ -86,54 +105,74 @@ def _closure(
                 key not in index
                 and gc.is_tracked(obj)
                 and not isinstance(obj, _NEVER)
-                and (new is None or key in entries or key in new or not WEAKREF_OFFSET(type(obj)))
+                and (new is None or key in new or not WEAKREF_OFFSET(type(obj)))
             ):
-                index[key] = len(members)
+                index[key] = offset + len(members)
                 members.append(obj)
-        if len(members) > limit:
-            return [], {}, []
+        if len(entries) + len(members) > limit:
+            return [], [], {}, []
         frontier = _referents(members[grown:])
-    return members, index, [key for key in wanted if key in index]
+    return entries, members, index, wanted
 
 
 def _referents(objects: Sequence[object]) -> list[object]:
     """What ``objects`` refer to, less the globals and builtins of functions and frames."""
     found: list[object] = []
     for obj in objects:
-        children = gc.get_referents(obj)
-        if isinstance(obj, types.FunctionType):
-            skip = (id(obj.__globals__), id(getattr(obj, "__builtins__", None)))
-        elif isinstance(obj, types.FrameType):
-            skip = (id(obj.f_globals), id(obj.f_builtins))
-        else:
-            found.extend(children)
-            continue
-        found.extend(child for child in children if id(child) not in skip)
+        found.extend(_referents_of(obj))
     return found
 
 
-def _reachable(members: list[object], index: dict[int, int]) -> list[bool]:
-    """Trial deletion over ``members`` (emptied here): whether each is reachable from outside."""
-    members.append(object())  # a probe that only the list holds: the count of our own references
-    size = len(members)
+def _referents_of(obj: object) -> list[object]:
+    """``_referents`` of one object, which no container of the walk holds meanwhile."""
+    children = gc.get_referents(obj)
+    if isinstance(obj, types.FunctionType):
+        skip = (id(obj.__globals__), id(getattr(obj, "__builtins__", None)))
+    elif isinstance(obj, types.FrameType):
+        skip = (id(obj.f_globals), id(obj.f_builtins))
+    else:
+        return children
+    return [child for child in children if id(child) not in skip]
+
+
+def _reachable(
+    entries: list[weakref.ref[Any]], members: list[object], index: dict[int, int]
+) -> list[bool]:
+    """Trial deletion over the set (``members`` is emptied here): whether each is reachable from
+    outside, by the positions of ``index``.
+
+    Each half gets a probe that nothing else holds, read the same way as its objects: its count
+    is the references of our own reading (an entry's probe is held by one local besides).
+    An entry that died since the walk reads as ``None``: reachable, never proven.
+    """
+    probe: set[int] = set()  # takes a weak reference; held by this local alone
+    refs = [*entries, weakref.ref(probe)]
+    members.append(object())
+    size = len(refs) + len(members)
     paused = gc.isenabled()
     if paused:
         gc.disable()
     try:  # one call into C: no other thread runs between the counts and the references
         snapshot: list[Any] = list(
             itertools.chain(
+                map(sys.getrefcount, map(weakref.ref.__call__, refs)),
                 map(sys.getrefcount, members),
-                map(tuple, map(partial(map, id), map(gc.get_referents, members))),
+                _edges(map(weakref.ref.__call__, refs)),
+                _edges(members),
             )
         )
     finally:
         members.clear()
         if paused:
             gc.enable()
+    del probe
     counts: list[int] = snapshot[:size]
-    edges: list[tuple[int, ...]] = snapshot[size : 2 * size - 1]
+    edges: list[tuple[int, ...]] = snapshot[size:]
+    ours_weakly = counts[len(refs) - 1] - 1
     ours = counts[-1]
-    held = [count - ours for count in counts[:-1]]
+    held = [count - ours_weakly for count in counts[: len(refs)]]
+    held += [count - ours for count in counts[len(refs) :]]
+    held[len(refs) - 1] = 0  # the entries' probe: its local is no holder of the set
     for children in edges:
         for child in children:
             position = index.get(child)
@@ -148,3 +187,8 @@ def _reachable(members: list[object], index: dict[int, int]) -> list[bool]:
                 reachable[position] = True
                 stack.append(position)
     return reachable
+
+
+def _edges(objects: Iterable[object]) -> Iterator[tuple[int, ...]]:
+    """A pipeline of the ids each of ``objects`` refers to, as tuples made in C."""
+    return map(tuple, map(partial(map, id), map(gc.get_referents, objects)))

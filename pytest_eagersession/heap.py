@@ -49,6 +49,15 @@ def instances(classes: Sequence[type], generations: Sequence[int]) -> list[objec
     return _in_one_call(_listing(classes, generations))
 
 
+def instances_weakly(classes: Sequence[type], generations: Sequence[int]) -> list[weakref.ref[Any]]:
+    """``instances``, as weak references (to those of classes whose instances take one), for a
+    caller that runs Python code over them while other threads run: nothing it holds then
+    keeps an object alive or shows as one of its referrers (``gc.get_referrers``)."""
+    if not classes or not generations:
+        return []
+    return _in_one_call(_listing(classes, generations, weak=True))
+
+
 def of_types_weakly(types: frozenset[type], generations: Sequence[int]) -> list[weakref.ref[Any]]:
     """Weak references to the gc-tracked objects of ``generations`` whose type is one of
     ``types`` exactly (each of them must take one), listed in one call into C.
@@ -300,8 +309,11 @@ class Boundary:
     that thaw the heap, run, and draw the line again, all in one call into C, in which no other
     thread runs; ``gc.freeze`` and ``gc.unfreeze`` draw it again (which freezes everything: a
     thaw waits until the line is erased). What was new before such a call is handed to
-    ``adopt`` first: the instances of ``new_classes()``, which the caller sets (the tracker, so
-    that each goes to the session it was made in).
+    ``adopt`` first: weak references to the instances of ``new_classes()``, which the caller
+    sets (the tracker, so that each goes to the session it was made in).
+
+    What the line's moves list comes back as weak references, never as the objects: their
+    callers run Python code over them while other threads run.
 
     Each method takes ``lock``; the caller may hold it across several.
     """
@@ -312,8 +324,8 @@ class Boundary:
         calls holds it across them."""
         self.new_classes: Callable[[], Sequence[type]] = tuple
         """The classes whose new instances ``adopt`` is given before a thaw; none by default."""
-        self.adopt: Callable[[list[object]], None] = _ignore
-        """Takes the new instances listed before a thaw that other code's call made."""
+        self.adopt: Callable[[list[weakref.ref[Any]]], None] = _ignore
+        """Takes weak references to the new instances listed before other code's thaw."""
         self._drawn = False
         self._thawed = False  # inside one of our thawing calls (a finalizer may call gc again)
         self._blocks = 0  # the interpreter's allocated blocks when the heap was last collected
@@ -356,8 +368,9 @@ class Boundary:
         """Whether the line is drawn: the generations hold only what was made since."""
         return self._drawn
 
-    def draw(self, classes: Sequence[type] = ()) -> list[object]:
-        """Draw the line now: return the instances of ``classes`` made since it was last drawn.
+    def draw(self, classes: Sequence[type] = ()) -> list[weakref.ref[Any]]:
+        """Draw the line now: weak references to the instances of ``classes`` made since it
+        was last drawn.
 
         The listing and the freeze are one call into C: an object made in another thread
         meanwhile is either listed or made after the line. Not drawn before, nothing is listed
@@ -371,15 +384,20 @@ class Boundary:
                 self._blocks = self._blocks or sys.getallocatedblocks()
                 _replace_gc_functions(self)
                 return []
-            return _in_one_call(itertools.chain(_listing(classes, (0, 1, 2)), _call(_FREEZE)))
+            return _in_one_call(
+                itertools.chain(_listing(classes, (0, 1, 2), weak=True), _call(_FREEZE))
+            )
 
-    def erase(self, classes: Sequence[type] = ()) -> list[object]:
-        """Thaw everything: return the instances of ``classes`` made since the line was drawn."""
+    def erase(self, classes: Sequence[type] = ()) -> list[weakref.ref[Any]]:
+        """Thaw everything: weak references to the instances of ``classes`` made since the
+        line was drawn."""
         with self.lock, self._moving():
             self._frozen_new = []
             if not self._drawn:
                 return []
-            found = _in_one_call(itertools.chain(_listing(classes, (0, 1, 2)), _call(_UNFREEZE)))
+            found = _in_one_call(
+                itertools.chain(_listing(classes, (0, 1, 2), weak=True), _call(_UNFREEZE))
+            )
             self._drawn = False
             _restore_gc_functions()
             return found
@@ -397,8 +415,9 @@ class Boundary:
 
     def collect_whole(
         self, classes: Sequence[type] = (), *, remember: bool = False
-    ) -> tuple[int, list[object]]:
-        """Collect the whole heap and keep the line: the number collected, and what was new.
+    ) -> tuple[int, list[weakref.ref[Any]]]:
+        """Collect the whole heap and keep the line: the number collected, and weak references
+        to what was new.
 
         What was new: the instances of ``classes`` made since the line was drawn that outlive
         the collection, and those made during it (by finalizers, or other threads while they
@@ -420,7 +439,7 @@ class Boundary:
                         (_MARKER,),
                         _call(_UNFREEZE),
                         itertools.starmap(_COLLECT, ((2,),)),
-                        _listing(classes, (0, 1)),  # made during the collection: all young
+                        _listing(classes, (0, 1), weak=True),  # made during it: all young
                         _call(_FREEZE),
                     )
                 )
@@ -475,7 +494,6 @@ class Boundary:
             frozen, result = _split(rest, _MARKER)
             self._remember(frozen)
             new = _alive(refs)
-            del refs
             if new:
                 self.adopt(new)
             return result
@@ -496,13 +514,14 @@ class Boundary:
             return collected
 
 
-def _ignore(_: list[object]) -> None:
+def _ignore(_: list[weakref.ref[Any]]) -> None:
     pass
 
 
-def _alive(refs: list[Any]) -> list[object]:
-    """The objects of the weak references ``refs`` that are still alive."""
-    return [obj for ref in refs if (obj := ref()) is not None]
+def _alive(refs: list[Any]) -> list[weakref.ref[Any]]:
+    """The weak references of ``refs`` whose objects are still alive."""
+    alive = map(operator.is_not, map(weakref.ref.__call__, refs), itertools.repeat(None))
+    return list(itertools.compress(refs, alive))
 
 
 def _replace_gc_functions(boundary: Boundary) -> None:

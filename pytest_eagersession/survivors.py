@@ -222,36 +222,38 @@ def _survivors(
     generator_before: weakref.ref[Any] | None,
     retention: Retention | None,
 ) -> list[Survivor]:
-    """``find``'s survivors as they are now, without collecting."""
+    """``find``'s survivors as they are now, without collecting.
+
+    Each object is held by a local alone while it is looked at: other threads run meanwhile,
+    and no list of ours may show among their objects' referrers (``gc.get_referrers``).
+    """
     alive = ownership.alive(since)
-    try:
-        if not alive:
-            return []
-        ignored = tensorflow_singletons(generator_before)
-        handles = set()
-        for obj, kind, _ in alive:
-            handle = owned_handle(obj, kind)
-            if handle is not None:
-                handles.add(id(handle))
-        held = tensors_held_by_others(alive)
-        found = []
-        for obj, kind, seq in alive:
-            key = id(obj)
-            if key in ignored or key in handles or key in held or is_detached(obj):
-                continue
-            op, where = ownership.creation_of(obj)
-            if op is None:
-                op, where = ownership.creation_of(owned_handle(obj, kind))
-            kept_by = retention.kept.get(key) if retention is not None else None
-            survivor = Survivor(
-                describe(obj, kind), seq, op, where, weakref.ref(obj), retention=kept_by
-            )
-            if allow is not None and allow(survivor):
-                survivor = dataclasses.replace(survivor, allowed=True)
-            found.append(survivor)
-        return found
-    finally:
-        del alive
+    if not alive:
+        return []
+    ignored = tensorflow_singletons(generator_before)
+    handles = set()
+    for ref, kind, _ in alive:
+        handle = owned_handle(ref(), kind)
+        if handle is not None:
+            handles.add(id(handle))
+    handle = None
+    held = tensors_held_by_others(alive)
+    found = []
+    for ref, kind, seq in alive:
+        obj = ref()
+        key = id(obj)
+        if obj is None or key in ignored or key in handles or key in held or is_detached(obj):
+            continue
+        op, where = ownership.creation_of(obj)
+        if op is None:
+            op, where = ownership.creation_of(owned_handle(obj, kind))
+        kept_by = retention.kept.get(key) if retention is not None else None
+        survivor = Survivor(describe(obj, kind), seq, op, where, ref, retention=kept_by)
+        if allow is not None and allow(survivor):
+            survivor = dataclasses.replace(survivor, allowed=True)
+        found.append(survivor)
+    obj = None
+    return found
 
 
 class SurvivorCheck:
@@ -326,17 +328,20 @@ class SurvivorCheck:
 HOLD_WALK_LIMIT = 50_000
 
 
-def tensors_held_by_others(alive: Sequence[tuple[object, str, int]]) -> set[int]:
+def tensors_held_by_others(alive: Sequence[tuple[weakref.ref[Any], str, int]]) -> set[int]:
     """Ids of the tracked tensors that another tracked object (not a tensor) holds.
 
     A parked iterator holds its dataset's tensors, a tf.function the tensors it captured:
     reporting the holder says it all, and destroying it (or detaching or allowing it) covers
     them. The walk (``walks.reachable``) stops at the tensors, and at modules, classes and
     module dictionaries, so that a function's globals never make a module-level tensor look held.
+    It starts from what the holders refer to, each holder held by a local alone meanwhile: what
+    the walk's lists hold, a tracked object holds too.
     """
-    tensors = {id(obj) for obj, kind, _ in alive if kind == TENSOR}
-    roots = [obj for obj, kind, _ in alive if kind != TENSOR]
-    if not tensors or not roots:
+    tensors = {id(ref()) for ref, kind, _ in alive if kind == TENSOR}
+    tensors.discard(id(None))
+    holders = [ref for ref, kind, _ in alive if kind != TENSOR]
+    if not tensors or not holders:
         return set()
     namespaces = (getattr(module, "__dict__", None) for module in list(sys.modules.values()))
     stops = {id(namespace) for namespace in namespaces if namespace is not None}
@@ -344,12 +349,18 @@ def tensors_held_by_others(alive: Sequence[tuple[object, str, int]]) -> set[int]
     def opaque(obj: object) -> bool:
         return id(obj) in stops or isinstance(obj, (type, types.ModuleType))
 
+    first: list[object] = []
+    for ref in holders:
+        holder = ref()
+        if holder is not None and not opaque(holder):
+            first.extend(walks.referents_of(holder))
+    holder = None
     try:
         reached = walks.reachable(
-            roots, limit=HOLD_WALK_LIMIT, opaque=opaque, leaves=lambda obj: id(obj) in tensors
+            first, limit=HOLD_WALK_LIMIT, opaque=opaque, leaves=lambda obj: id(obj) in tensors
         )
     finally:
-        del roots
+        first.clear()
     return reached & tensors
 
 

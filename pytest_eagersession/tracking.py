@@ -19,7 +19,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from pytest_eagersession.frames import stack
-from pytest_eagersession.heap import BOUNDARY, instances, of_types_weakly, of_types_weakly_by_age
+from pytest_eagersession.heap import (
+    BOUNDARY,
+    instances_weakly,
+    of_types_weakly,
+    of_types_weakly_by_age,
+)
 from pytest_eagersession.kinds import Classifier, tensor_nbytes, tensorflow_ready
 
 _PACKAGE_DIR = __file__.rsplit("/", 1)[0]
@@ -62,19 +67,24 @@ class Ownership:
 
     def add(self, obj: object, kind: str) -> None:
         """Record ``obj`` once (a second listing of the same object is ignored)."""
-        self.add_all([(obj, kind)])
+        self.add_all([(weakref.ref(obj), kind)])
 
-    def add_all(self, found: Iterable[tuple[object, str]]) -> None:
-        """Record each ``(object, kind)``, in order, unless it is recorded already."""
+    def add_all(self, found: Iterable[tuple[weakref.ref[Any], str]]) -> None:
+        """Record the referent of each ``(weak reference, kind)``, in order, unless it is
+        recorded already or dead."""
         with self._lock:
             records = self._records
-            for obj, kind in found:
+            for ref, kind in found:
+                obj = ref()
+                if obj is None:
+                    continue
                 key = id(obj)
                 record = records.get(key)
                 if record is not None and record.ref() is obj:
                     continue
                 self._seq += 1
-                records[key] = _Record(weakref.ref(obj), kind, self._seq)
+                records[key] = _Record(ref, kind, self._seq)
+            obj = None
             if len(records) > self._prune_above:
                 self._prune()
 
@@ -97,16 +107,18 @@ class Ownership:
             return None, None
         return entry[1], entry[2]
 
-    def alive(self, since: int = 0) -> list[tuple[object, str, int]]:
-        """``(object, kind, seq)`` for each record still alive, newer than ``since``."""
+    def alive(self, since: int = 0) -> list[tuple[weakref.ref[Any], str, int]]:
+        """``(weak reference, kind, seq)`` for each record still alive, newer than ``since``.
+
+        Weakly: a caller that holds the list while other threads run keeps nothing alive and
+        shows among no object's referrers."""
         with self._lock:
             records = list(self._records.values())
-        found = []
-        for record in records:
-            obj = record.ref()
-            if obj is not None and record.seq > since:
-                found.append((obj, record.kind, record.seq))
-        return found
+        return [
+            (record.ref, record.kind, record.seq)
+            for record in records
+            if record.seq > since and record.ref() is not None
+        ]
 
     def __len__(self) -> int:
         return len(self._records)
@@ -312,28 +324,47 @@ class Tracker:
             return ()
         return self._classifier.search_roots()
 
-    def _listed(self) -> list[object]:
+    def _listed(self) -> list[weakref.ref[Any]]:
         if not BOUNDARY.drawn:
             return []
-        return instances(self._new_classes(), (0, 1, 2))
+        return instances_weakly(self._new_classes(), (0, 1, 2))
 
-    def _adopt(self, objects: list[object]) -> None:
+    def _adopt(self, refs: list[weakref.ref[Any]]) -> None:
         """What other code's thawing call found made since the line: the innermost's."""
         with self._lock:
-            self._give(self.owner(), objects)
+            self._give(self.owner(), refs)
 
-    def _give(self, owner: Owner | None, objects: list[object]) -> None:
-        if owner is None or not objects:
+    def _give(self, owner: Owner | None, refs: list[weakref.ref[Any]]) -> None:
+        """Record for ``owner`` the TensorFlow objects among ``refs``' referents that no
+        session ending on the line owns. Weakly: other threads run meanwhile (the kind of a new
+        class is Python code), and must not see a list of ours among their objects' referrers;
+        each object is held by this frame's local alone while it is classified."""
+        if owner is None or not refs:
             return
         kind_of = self._classifier.kind
         ending = self._ending
         found = []
-        for obj in objects:
+        for ref in refs:
+            obj = ref()
+            if obj is None:
+                continue
             kind = kind_of(obj)
-            if kind is not None and not any(ended.owns(obj) for ended in ending):
-                found.append((obj, kind))
-        objects.clear()
+            if kind is not None and not _owned_by_any(ending, obj):
+                found.append((ref, kind))
+        obj = None
+        refs.clear()
         owner.ownership.add_all(found)
+
+
+def _owned_by_any(ownerships: Sequence[Ownership], obj: object) -> bool:
+    """Whether one of ``ownerships`` records ``obj``.
+
+    A loop, not ``any()`` of a generator: the generator would hold ``obj`` in a cell, which
+    other threads' ``gc.get_referrers`` can see."""
+    for ownership in ownerships:  # noqa: SIM110
+        if ownership.owns(obj):
+            return True
+    return False
 
 
 #: The process-wide tracker; its owners are ``EagerSession`` objects.

@@ -23,22 +23,35 @@ def referents(objects: Sequence[object]) -> list[object]:
     found: list[object] = []
     plain: list[object] = []
     for obj in objects:
-        if isinstance(obj, types.FunctionType):
-            for cell in obj.__closure__ or ():
-                with contextlib.suppress(ValueError):  # an empty cell
-                    found.append(cell.cell_contents)
-            found.extend((obj.__defaults__, obj.__kwdefaults__, obj.__dict__))
-        elif isinstance(obj, types.FrameType):
-            found.extend(
-                child
-                for child in gc.get_referents(obj)
-                if child is not obj.f_globals
-                and child is not obj.f_builtins
-                and not isinstance(child, types.CodeType)
-            )
+        if isinstance(obj, (types.FunctionType, types.FrameType)):
+            found.extend(_referents_of_code(obj))
         else:
             plain.append(obj)
     found.extend(gc.get_referents(*plain))
+    return found
+
+
+def referents_of(obj: object) -> list[object]:
+    """``referents`` of one object, which no container of the walk holds meanwhile."""
+    if isinstance(obj, (types.FunctionType, types.FrameType)):
+        return _referents_of_code(obj)
+    return gc.get_referents(obj)
+
+
+def _referents_of_code(obj: types.FunctionType | types.FrameType) -> list[object]:
+    if isinstance(obj, types.FrameType):
+        return [
+            child
+            for child in gc.get_referents(obj)
+            if child is not obj.f_globals
+            and child is not obj.f_builtins
+            and not isinstance(child, types.CodeType)
+        ]
+    found: list[object] = []
+    for cell in obj.__closure__ or ():
+        with contextlib.suppress(ValueError):  # an empty cell
+            found.append(cell.cell_contents)
+    found.extend((obj.__defaults__, obj.__kwdefaults__, obj.__dict__))
     return found
 
 

@@ -317,6 +317,63 @@ def test_a_survivor_check_never_sees_a_tensor_that_only_the_cleaner_is_counting(
     assert not [text for text in found if "[7,13]" in text], found
 
 
+def test_a_closing_session_shows_among_no_fresh_objects_referrers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What a session lists (what it owns, its survivors, the garbage proof's set) it holds
+    weakly whenever Python code of its own runs: another thread that asks ``gc.get_referrers``
+    about its fresh tensor then must not find a list or tuple of ours.
+
+    Deterministic: each step that runs Python code over the listed objects (their kind, their
+    description, the walks from holders, the proof's walk) asks, as another thread could at
+    that moment, what refers to the objects the test holds in locals alone: a tensor and a
+    variable frozen while new by a ``gc.collect()`` (which hands them to the session), and a
+    tensor made after it (listed at the close). All three are survivors of the closing
+    session, so that every path meets them.
+    """
+    import tensorflow as tf
+
+    from pytest_eagersession import garbage, kinds, survivors, walks
+
+    watched: list[weakref.ref[Any]] = []
+    seen: list[str] = []
+    asked: list[str] = []
+
+    def ask(step: str, args: tuple[Any, ...]) -> None:
+        asked.append(step)
+        for ref in watched:
+            for holder in heap._GET_REFERRERS(ref()):  # the raw call: it moves no line
+                if holder is not args and not isinstance(holder, types.FrameType):
+                    seen.append(f"{step}: {type(holder).__name__} holds {type(ref()).__name__}")
+
+    def asking(step: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            ask(step, args)  # its arguments' tuple is this wrapper's, not the package's
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(kinds.Classifier, "kind", asking("kind", kinds.Classifier.kind))
+    monkeypatch.setattr(survivors, "describe", asking("describe", survivors.describe))
+    monkeypatch.setattr(walks, "referents", asking("holders' walk", walks.referents))
+    monkeypatch.setattr(walks, "referents_of", asking("holders' walk", walks.referents_of))
+    monkeypatch.setattr(garbage, "_referents", asking("proof's walk", garbage._referents))
+    monkeypatch.setattr(garbage, "_referents_of", asking("proof's walk", garbage._referents_of))
+    session = EagerSession.options().destroy_survivors(False).build()
+    with session:
+        fresh = tf.constant([1.0, 2.0])
+        variable = tf.Variable([3.0])
+        watched += [weakref.ref(fresh), weakref.ref(variable)]
+        gc.collect()  # both are frozen while new: handed over now, seeds of the garbage proof
+        late = tf.constant([4.0])
+        watched.append(weakref.ref(late))
+        found = session.close()
+    assert {"kind", "describe", "holders' walk", "proof's walk"} <= set(asked), asked
+    assert not seen, "\n".join(sorted(set(seen)))
+    assert len(found) == 3, found  # all are survivors (the test holds them): each path ran
+    del fresh, variable, late
+
+
 def test_a_weak_listing_keeps_nothing_alive() -> None:
     class Kept:
         pass
