@@ -26,6 +26,7 @@ from pytest_eagersession._tf import is_ready as tensorflow_ready
 from pytest_eagersession._tf.classes import byte_holders, tensor_measures, variable_nbytes
 from pytest_eagersession.heap import BOUNDARY, family, measured, others
 from pytest_eagersession.references import STOP, WAKE, ReferenceRegistry, report_failures
+from pytest_eagersession.resident import RESIDENT
 from pytest_eagersession.tracking import TRACKER, Owner
 from pytest_eagersession.wakeups import ask_for_prompt_wakeups
 
@@ -39,6 +40,9 @@ LOOK_INTERVAL_S = (0.0005, 0.008)
 QUIET_S = 0.05
 #: Listing what a session made may take at most one part in this many of its cleaner's time.
 LOOK_DUTY = 10
+#: While quiet, the most wakes in a row at which a cleaner reads the process's resident memory
+#: alone, not listing, since it grew by less than a sixteenth of the threshold.
+QUIET_SKIPS = 7
 #: After collections that free little, the watch waits for up to this many thresholds of growth.
 MOST_THRESHOLDS = 64
 
@@ -75,12 +79,17 @@ class GarbageWatch:
         self._lock = threading.Lock()
         self._types: frozenset[type] = frozenset()
         self._sizes: dict[int, tuple[weakref.ref[Any], int]] = {}  # by id of a weak reference
-        self._older: list[weakref.ref[Any]] = []  # the older generations' last listing
+        self._older: list[weakref.ref[Any]] = []  # the oldest generation's last listing
         self._older_key: tuple[int, ...] | None = None  # and when it was made
         self._sizes_pruned_at = 1024
         self.listing_seconds = 0.0
         """The CPU time the last look took to list and count the bytes (collecting aside; waiting
         for the interpreter while the loop runs is not the look's cost)."""
+
+    @property
+    def bytes_seen(self) -> int:
+        """The bytes of tensors and variables the last look counted (0 before any)."""
+        return self._last
 
     @property
     def collections(self) -> int:
@@ -140,24 +149,25 @@ class GarbageWatch:
 
     def _listed(self) -> list[weakref.ref[Any]] | None:
         """Weak references to the tensors and variables the session made (None: it owns no new
-        objects now). What the two older generations hold is listed again only after a
-        collection or a freeze moved objects: between those, objects enter the youngest alone,
-        and leave the others only by dying (their weak references tell). A session that keeps
-        thousands of tensors alive would otherwise have them all listed at every look.
+        objects now). What the oldest generation holds is listed again only after a collection
+        of the middle one or of itself, or a freeze, moved objects into it: between those,
+        objects leave it only by dying (their weak references tell). Code that builds a model
+        makes the youngest collections run every millisecond or so, while the oldest holds
+        most of what the session keeps: listing it at every look cost most of the looks' time.
         """
-        key = _generations_key()
+        key = _oldest_generation_key()
         if key is not None and key == self._older_key:
-            young = TRACKER.new_weakly(self._owner, self._types, (0,))
+            young = TRACKER.new_weakly(self._owner, self._types, (0, 1))
             if young is None:
                 return None
-            if _generations_key() == key:
+            if _oldest_generation_key() == key:
                 return self._older + young
         listed = TRACKER.new_weakly_by_age(self._owner, self._types)
         if listed is None:
             self._older, self._older_key = [], None
             return None
         young, older = listed
-        if key is not None and _generations_key() == key:
+        if key is not None and _oldest_generation_key() == key:
             self._older, self._older_key = older, key
         else:
             self._older, self._older_key = [], None
@@ -211,14 +221,16 @@ class GarbageWatch:
             self.listing_seconds = time.thread_time() - started
 
 
-def _generations_key() -> tuple[int, ...] | None:
-    """What changes whenever objects move between the collector's generations: the count of
-    collections of each, and the line's moves (``heap.Boundary.moves``); None while a move is
-    under way, or where the generations work otherwise (Python 3.14's incremental collector)."""
+def _oldest_generation_key() -> tuple[int, ...] | None:
+    """What changes whenever objects enter the collector's oldest generation: the count of
+    collections of the middle one (its survivors move on) and of the oldest, and the line's
+    moves (``heap.Boundary.moves``); None while a move is under way, or where the generations
+    work otherwise (Python 3.14's incremental collector)."""
     moves = BOUNDARY.moves
     if moves % 2 or sys.version_info >= (3, 14):
         return None
-    return (moves, *(generation["collections"] for generation in gc.get_stats()))
+    stats = gc.get_stats()
+    return (moves, stats[1]["collections"], stats[2]["collections"])
 
 
 class Cleaner:
@@ -228,8 +240,15 @@ class Cleaner:
     While its session owns new objects it also looks at them (``GarbageWatch``) between items:
     every ``LOOK_INTERVAL_S[0]`` while their bytes grow, backing off to ``LOOK_INTERVAL_S[1]``
     once they did not for ``QUIET_S``, and never spending more than a ``LOOK_DUTY``-th of its
-    CPU time listing. It asks the kernel for short time slices as it starts (``wakeups``): on
-    a busy machine a woken thread may otherwise wait milliseconds for a core.
+    CPU time listing. Once the bytes it saw neither grew nor changed by a 128th of the
+    threshold for ``QUIET_S``, a wake reads the process's resident memory (``resident``) and
+    lists only if it grew by a sixteenth of the threshold since the last look, or at the
+    ``QUIET_SKIPS + 1``-th wake: a test that builds a model keeps tens of thousands of objects,
+    and listing them at every wake cost Sonnet's suite several percent of its time. (Resident
+    memory alone would miss garbage that fills memory freed before: a loop's own, once its
+    first collection freed it.) It asks the
+    kernel for short time slices as it starts (``wakeups``): on a busy machine a woken thread
+    may otherwise wait milliseconds for a core.
     """
 
     def __init__(self, owner: Owner, references: ReferenceRegistry, watch: GarbageWatch) -> None:
@@ -270,14 +289,28 @@ class Cleaner:
         shortest, longest = LOOK_INTERVAL_S
         interval = shortest
         grew_at = float("-inf")  # nothing grew yet: the looks back off until something does
+        skipped = 0  # wakes in a row that read the resident memory alone
+        still_at, still_since = 0, time.monotonic()  # the bytes, and since when they stay so
+        resident_at = 0  # the resident memory at the last look
         while True:
             watching = TRACKER.is_innermost(self._owner) and tensorflow_ready()
             try:
                 item = garbage.get(timeout=interval) if watching else garbage.get()
             except queue.Empty:
                 now = time.monotonic()
-                if watch.look() >= watch.threshold // 16:
+                step = watch.threshold // 16
+                if now - still_since >= QUIET_S and skipped < QUIET_SKIPS:
+                    resident = RESIDENT.read()
+                    if resident is not None and resident - resident_at < step:
+                        skipped += 1
+                        interval = max(interval, min(2 * interval, longest))
+                        continue
+                skipped, resident_at = 0, RESIDENT.read() or 0
+                grown = watch.look()
+                if grown >= step:
                     grew_at = now
+                if grown >= step // 8 or abs(watch.bytes_seen - still_at) >= step // 8:
+                    still_at, still_since = watch.bytes_seen, now
                 interval = shortest if now - grew_at < QUIET_S else min(2 * interval, longest)
                 interval = max(interval, LOOK_DUTY * watch.listing_seconds)
                 continue
@@ -285,6 +318,7 @@ class Cleaner:
                 return
             if item is WAKE:
                 interval, grew_at = shortest, float("-inf")
+                still_at, still_since = 0, time.monotonic()
                 continue
             failures: list[str] = []
             if references.delete(item, failures):

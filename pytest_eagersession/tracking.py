@@ -294,12 +294,12 @@ class Tracker:
     def new_weakly_by_age(
         self, session: Owner, types: frozenset[type]
     ) -> tuple[list[weakref.ref[Any]], list[weakref.ref[Any]]] | None:
-        """``new_weakly``, the youngest generation's apart from the two older ones', in one
+        """``new_weakly``, the two youngest generations' apart from the oldest one's, in one
         call into C."""
         with self._lock:
             if not (BOUNDARY.drawn and self.owner() is session and tensorflow_ready()):
                 return None
-            return of_types_weakly_by_age(types, (0,), (1, 2))
+            return of_types_weakly_by_age(types, (0, 1), (2,))
 
     def collect_new(self, session: Owner | None = None) -> int | None:
         """Collect what was made since the line, alone: the number collected, or None where no

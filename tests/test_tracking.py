@@ -981,6 +981,59 @@ def test_a_looks_cost_is_its_cpu_time_not_its_wait_for_the_interpreter(
         assert watch.listing_seconds < 0.005  # 10 ms of wall time each
 
 
+def test_a_quiet_cleaner_reads_the_resident_memory_and_lists_when_it_grows(
+    make_session, monkeypatch
+) -> None:
+    """Once the bytes stay still, most wakes read the process's resident memory alone (a
+    listing of a large heap costs far more); memory that grows brings a listing at once."""
+    from pytest_eagersession import resident
+
+    monkeypatch.setattr(cleaner, "LOOK_INTERVAL_S", (0.001, 0.002))
+    monkeypatch.setattr(cleaner, "QUIET_S", 0.01)
+    reads: list[int] = []
+    looks: list[int] = []
+    session = make_session(IN_BACKGROUND, track_creation=False)
+    real_read, real_look = resident.ResidentMemory.read, GarbageWatch.look
+
+    def read(memory: Any) -> int | None:
+        reads.append(1)
+        return real_read(memory)
+
+    def look(watch: GarbageWatch) -> int:
+        if watch is session._watch:
+            looks.append(len(reads))
+        return real_look(watch)
+
+    monkeypatch.setattr(resident.ResidentMemory, "read", read)
+    monkeypatch.setattr(GarbageWatch, "look", look)
+    with session:
+        time.sleep(0.4)  # still: about 200 wakes, one look in QUIET_SKIPS + 1 (8) of them
+        quiet_looks, quiet_reads = len(looks), len(reads)
+        grown = bytearray(64 * MIB)  # zeros from the kernel: touched page by page below
+        grown[::4096] = b"\x01" * len(grown[::4096])
+        assert wait_for(lambda: len(looks) > quiet_looks and looks[-1] <= quiet_reads + 2)
+    assert quiet_reads > 50
+    assert 4 * quiet_looks <= quiet_reads  # most wakes listed nothing
+    del grown
+
+
+def test_resident_memory_is_read_on_linux_and_nowhere_else(monkeypatch) -> None:
+    from pytest_eagersession import resident
+
+    memory = resident.ResidentMemory()
+    before = memory.read()
+    assert before is not None
+    assert before > 0
+    grown = bytearray(32 * MIB)
+    grown[::4096] = b"\x01" * len(grown[::4096])
+    after = memory.read()
+    assert after is not None
+    assert after - before >= 24 * MIB
+    del grown
+    monkeypatch.setattr(resident.sys, "platform", "darwin")
+    assert resident.ResidentMemory().read() is None
+
+
 # ---------------------------------------------------------------- the watch
 
 
@@ -1030,11 +1083,13 @@ def test_a_variables_size_is_read_once_while_it_lives_and_never_keeps_it(
         assert gone() is None  # the watch keeps no variable alive
 
 
-def test_the_older_generations_are_listed_again_only_after_objects_moved(
+def test_the_oldest_generation_is_listed_again_only_after_objects_moved_into_it(
     make_session, monkeypatch
 ) -> None:
-    """Between collections and freezes, a look lists the youngest generation alone and counts
-    the older ones' tensors from its last listing, less those that died since."""
+    """Between collections of the older generations and freezes, a look lists the two youngest
+    alone and counts the oldest one's tensors from its last listing, less those that died
+    since. Collections of the youngest alone (every millisecond or so in code that builds a
+    model) move nothing into the oldest."""
     full: list[int] = []
     by_age = TRACKER.new_weakly_by_age
 
@@ -1048,17 +1103,19 @@ def test_the_older_generations_are_listed_again_only_after_objects_moved(
     with automatic_gc_held_off(), session:
         watch = GarbageWatch(session, threshold=64 * MIB)
         kept = [tf.fill([256, 1024], 0.0), tf.fill([256, 1024], 1.0)]  # 2 MiB
-        gc.collect(0)  # into the older generations
+        gc.collect(1)  # into the oldest generation
         watch.look()
         assert len(full) == 1
         fresh = tf.fill([128, 1024], 2.0)  # 0.5 MiB, in the youngest
         assert watch.look() == MIB // 2
-        del kept[0]  # 1 MiB of the older listing dies: counted no more
+        del kept[0]  # 1 MiB of the oldest one's listing dies: counted no more
         assert watch.look() == 0
         kept.append(tf.fill([256, 1024], 3.0))
         assert watch.look() == MIB
-        assert len(full) == 1  # no collection, no freeze: the older listing was kept
-        gc.collect(0)  # objects moved: listed again
+        gc.collect(0)  # from the youngest into the middle one: both are listed at each look
+        assert watch.look() == 0
+        assert len(full) == 1  # nothing entered the oldest: its listing was kept
+        gc.collect(1)  # objects moved into the oldest: listed again
         assert watch.look() == 0
         assert len(full) == 2
         gc.freeze()  # the line drawn again (everything new is frozen): listed again
