@@ -246,9 +246,8 @@ class Cleaner:
     ``QUIET_SKIPS + 1``-th wake: a test that builds a model keeps tens of thousands of objects,
     and listing them at every wake cost Sonnet's suite several percent of its time. (Resident
     memory alone would miss garbage that fills memory freed before: a loop's own, once its
-    first collection freed it.) It asks the
-    kernel for short time slices as it starts (``wakeups``): on a busy machine a woken thread
-    may otherwise wait milliseconds for a core.
+    first collection freed it.) It asks the kernel for short time slices as it starts
+    (``wakeups``): on a busy machine a woken thread may otherwise wait milliseconds for a core.
     """
 
     def __init__(self, owner: Owner, references: ReferenceRegistry, watch: GarbageWatch) -> None:
