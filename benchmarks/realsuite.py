@@ -11,12 +11,18 @@ at its teardown. Any other difference (a failure, another error, a test that pas
 the plugin) breaks the gate.
 
     python benchmarks/realsuite.py [--only on|off] [--suite NAME ...] [--json PATH] [-n N]
-                                   [--rounds N] [--eagersession-OPTION=VALUE ...]
-                                   [-- PYTEST_ARGS ...]
+                                   [--rounds N] [--side-by-side]
+                                   [--eagersession-OPTION=VALUE ...] [-- PYTEST_ARGS ...]
 
 ``--rounds 2`` runs each side twice, off-on-on-off, and adds the times up: on a machine whose
 speed drifts while the gate runs (a shared one does, by several percent in a few minutes), the
-side that runs second would otherwise carry the drift alone.
+side that runs second would otherwise carry the drift alone. ``--side-by-side`` runs the two
+sides of a suite at the same time instead, each with half of ``-n``'s workers, so that the
+drift falls on both alike; the side that ends first runs again, untimed, until the other ends,
+so that the machine stays as busy to the end. Each side's CPU time is its own (the kernel's
+account of its process and workers). CI runs ``--side-by-side -n 2 --rounds 2``: on its 2-core
+machine one side's own rounds in turn differed by up to 17%; side by side, the plugin-off side
+against itself came out at 1.01x (Sonnet) and 1.00x (Keras).
 
 ``--eagersession-*`` options go to the plugin-on runs; ``-n`` and everything after ``--``
 (``-k``, ``-x``, ...) go to every run. ``--suite keras`` or ``--suite sonnet`` runs that suite
@@ -32,14 +38,15 @@ a usage error, no report).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.metadata
 import importlib.util
 import json
 import os
 import re
-import resource
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -319,6 +326,7 @@ class Run:
         }
 
     rounds: int = 1
+    side_by_side: bool = False  # ran at the same time as the other side
 
     def timed_with(self, other: Run) -> Run:
         """This run, its times added to those of ``other`` (a later round of the same side);
@@ -338,6 +346,7 @@ class Run:
             "wall_s": round(self.wall_s, 2),
             "cpu_s": round(self.cpu_s, 2),
             "rounds": self.rounds,
+            "side_by_side": self.side_by_side,
             "returncode": self.returncode,
         }
 
@@ -435,6 +444,128 @@ def pytest_command(
     return [*command, *extra, *paths]
 
 
+@dataclass
+class Started:
+    """One side's pytest run, started and not yet reaped: what finishing it needs."""
+
+    suite: Suite
+    name: str
+    plugin: bool
+    process: subprocess.Popen[bytes]
+    junit: Path
+    report: Path
+    log: Path
+    started: float
+
+
+def gate_environment() -> dict[str, str]:
+    """The environment every run of the gate gets: the same for both sides."""
+    return dict(
+        os.environ,
+        KERAS_BACKEND="tensorflow",
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONHASHSEED="0",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+
+
+def start_side(
+    suite: Suite,
+    name: str,
+    paths: Sequence[str],
+    extra: Sequence[str],
+    plugin: bool,
+    round_: int = 0,
+    *,
+    filler: bool = False,
+) -> Started:
+    """Start one pytest run of one suite, plugin ``name`` ("off" or "on"), in round ``round_``.
+
+    A ``filler`` run keeps the machine as busy as a timed run while the other side finishes:
+    its files are its own, nothing reads them, and it is killed with its workers (its own
+    process group) once that side is done."""
+    results_dir = STAGE / "results"
+    results_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"{suite.name}-{name}" + (f"-round{round_ + 1}" if round_ else "")
+    stem += "-filler" if filler else ""
+    junit = results_dir / f"junit-{stem}.xml"
+    report = results_dir / f"eagersession-{stem}.json"
+    log = results_dir / f"output-{stem}.txt"
+    for stale in (junit, report, log):
+        stale.unlink(missing_ok=True)
+    command = pytest_command(paths, junit, extra, plugin, report)
+    if not filler:
+        print(
+            f"== {suite.name}, plugin {name}: {len(paths)} test files "
+            f"(output: {log.relative_to(ROOT)})",
+            flush=True,
+        )
+    with log.open("w", encoding="utf-8") as output:
+        output.write(" ".join(command) + "\n\n")
+        output.flush()
+        process = subprocess.Popen(
+            command,
+            cwd=GATE,
+            env=gate_environment(),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return Started(suite, name, plugin, process, junit, report, log, time.perf_counter())
+
+
+def reaped(run: Started, wait: bool = True) -> tuple[float, float] | None:
+    """``(wall, cpu)`` seconds of a run that has ended (``None`` while it runs, if not
+    ``wait``), its exit status set on its process. The CPU time is this run's alone, its
+    xdist workers' included: the kernel's account of one child, which stays right while
+    another side runs beside it."""
+    pid, status, usage = os.wait4(run.process.pid, 0 if wait else os.WNOHANG)
+    if pid == 0:
+        return None
+    wall = time.perf_counter() - run.started
+    run.process.returncode = os.waitstatus_to_exitcode(status)
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def stop(run: Started) -> None:
+    """End a run that may still be going (a filler, or a run left by an interruption): its
+    whole process group, its xdist workers with it."""
+    if run.process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.process.pid, signal.SIGKILL)
+        reaped(run)
+
+
+def finished(run: Started, wall: float, cpu: float) -> Run:
+    """The ``Run`` of a reaped run, from its JUnit XML and the plugin's JSON report."""
+    last = [line for line in run.log.read_text(encoding="utf-8").splitlines() if line.strip()]
+    print(
+        f"   {run.suite.name}, plugin {run.name}: {last[-1] if last else '(no output)'}",
+        flush=True,
+    )
+    status = run.process.returncode
+    # 5: pytest collected no test (a -k that matches none of this suite's): an empty run.
+    if status not in (0, 1, 5) or not run.junit.is_file():
+        tail = "\n".join(last[-30:])
+        raise RunIncomplete(
+            f"{run.suite.name}, plugin {run.name}: pytest exited with status {status}"
+            f"{'' if run.junit.is_file() else ' and wrote no JUnit XML'}; the end of its "
+            f"output:\n{tail}"
+        )
+    leaks = read_leaks(run.report) if run.plugin else {}
+    return Run(
+        run.name,
+        0 if status == 5 else status,
+        wall,
+        cpu,
+        read_junit(run.junit),
+        leaks,
+        run.log,
+        run.suite.name,
+        run.report,
+    )
+
+
 def run_side(
     suite: Suite,
     name: str,
@@ -443,52 +574,61 @@ def run_side(
     plugin: bool,
     round_: int = 0,
 ) -> Run:
-    """One pytest run of one suite, plugin ``name`` ("off" or "on"), in round ``round_``."""
-    results_dir = STAGE / "results"
-    results_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{suite.name}-{name}" + (f"-round{round_ + 1}" if round_ else "")
-    junit = results_dir / f"junit-{stem}.xml"
-    report = results_dir / f"eagersession-{stem}.json"
-    log = results_dir / f"output-{stem}.txt"
-    for stale in (junit, report, log):
-        stale.unlink(missing_ok=True)
-    command = pytest_command(paths, junit, extra, plugin, report)
-    env = dict(
-        os.environ,
-        KERAS_BACKEND="tensorflow",
-        TF_CPP_MIN_LOG_LEVEL="2",
-        PYTHONHASHSEED="0",
-        PYTHONDONTWRITEBYTECODE="1",
-    )
-    print(
-        f"== {suite.name}, plugin {name}: {len(paths)} test files "
-        f"(output: {log.relative_to(ROOT)})",
-        flush=True,
-    )
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    with log.open("w", encoding="utf-8") as output:
-        output.write(" ".join(command) + "\n\n")
-        output.flush()
-        completed = subprocess.run(
-            command, cwd=GATE, env=env, stdout=output, stderr=subprocess.STDOUT, check=False
-        )
-    wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    last = [line for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
-    print(f"   {last[-1] if last else '(no output)'}", flush=True)
-    # 5: pytest collected no test (a -k that matches none of this suite's): an empty run.
-    if completed.returncode not in (0, 1, 5) or not junit.is_file():
-        tail = "\n".join(last[-30:])
-        raise RunIncomplete(
-            f"{suite.name}, plugin {name}: pytest exited with status {completed.returncode}"
-            f"{'' if junit.is_file() else ' and wrote no JUnit XML'}; the end of its output:\n"
-            f"{tail}"
-        )
-    leaks = read_leaks(report) if plugin else {}
-    returncode = 0 if completed.returncode == 5 else completed.returncode
-    return Run(name, returncode, wall, cpu, read_junit(junit), leaks, log, suite.name, report)
+    """One pytest run of one suite, plugin ``name`` ("off" or "on"), alone on the machine."""
+    run = start_side(suite, name, paths, extra, plugin, round_)
+    try:
+        times = reaped(run)
+    finally:
+        stop(run)
+    assert times is not None
+    return finished(run, *times)
+
+
+def run_side_by_side(
+    suite: Suite,
+    paths: Sequence[str],
+    extra: dict[str, Sequence[str]],
+    round_: int = 0,
+) -> dict[str, Run]:
+    """Both sides of one suite at the same time, ``extra[side]`` the arguments of each: a
+    machine that slows down or speeds up slows or speeds both alike. The side that finishes
+    first runs again, untimed, until the other is done, so that the other's last tests meet
+    the same load as its first ones instead of a machine of their own."""
+    runs = {
+        name: start_side(suite, name, paths, extra[name], name == "on", round_)
+        for name in ("off", "on")
+    }
+    times: dict[str, tuple[float, float]] = {}
+    fillers: dict[str, Started] = {}
+    try:
+        while len(times) < len(runs):
+            for name, run in runs.items():
+                if name in times:
+                    continue
+                ended = reaped(run, wait=False)
+                if ended is None:
+                    continue
+                times[name] = ended
+                if len(times) < len(runs):
+                    fillers[name] = start_side(
+                        suite, name, paths, extra[name], name == "on", round_, filler=True
+                    )
+            for name, filler in list(fillers.items()):
+                if reaped(filler, wait=False) is not None:  # ended before the other side
+                    fillers[name] = start_side(
+                        suite, name, paths, extra[name], name == "on", round_, filler=True
+                    )
+            time.sleep(0.05)
+    finally:
+        for run in [*runs.values(), *fillers.values()]:
+            stop(run)
+        for filler in fillers.values():
+            for path in (filler.junit, filler.report, filler.log):
+                path.unlink(missing_ok=True)
+    return {
+        name: dataclasses.replace(finished(run, *times[name]), side_by_side=True)
+        for name, run in runs.items()
+    }
 
 
 def merged(runs: Sequence[Run]) -> Run:
@@ -863,11 +1003,12 @@ def print_suites(suites: dict[str, dict[str, Any]]) -> None:
         broken = figures.get("broken", len(figures.get("baseline_failures", [])))
         leaked = figures.get("changed_by_leak_report", "-")
         print(f"   {name:<9}{tests:>7}{off:>10}{on:>10}{wall:>13}{cpu:>12}{broken:>8}{leaked:>14}")
-    rounds = max(
-        (run.get("rounds", 1) for f in suites.values() for run in f.get("runs", {}).values()),
-        default=1,
-    )
-    if rounds > 1:
+    runs = [run for f in suites.values() for run in f.get("runs", {}).values()]
+    rounds = max((run.get("rounds", 1) for run in runs), default=1)
+    if any(run.get("side_by_side") for run in runs):
+        times = f"{rounds} times" if rounds > 1 else "once"
+        print(f"   (the two sides of a suite ran side by side, {times}; the times are the sums)")
+    elif rounds > 1:
         print(f"   (each side ran {rounds} times, in ABBA order; the times are the sums)")
 
 
@@ -892,7 +1033,12 @@ def split_arguments(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str],
         help="run only this suite (repeatable; default: all)",
     )
     parser.add_argument("--json", metavar="PATH", help="write the figures as JSON here")
-    parser.add_argument("-n", "--numprocesses", metavar="N", help="pytest-xdist, both runs")
+    parser.add_argument(
+        "-n",
+        "--numprocesses",
+        metavar="N",
+        help="pytest-xdist workers: each run's, or with --side-by-side both sides' together",
+    )
     parser.add_argument(
         "--rounds",
         type=positive,
@@ -902,7 +1048,24 @@ def split_arguments(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str],
         "that slows down or speeds up during the gate weighs on both sides alike; the times "
         "add up, the outcomes are the first round's (default 1)",
     )
+    parser.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="run the plugin-off and plugin-on sides of a suite at the same time, each with "
+        "half of -n's workers (serial without -n), so that the machine's drift weighs on both "
+        "alike; the side that ends first runs again, untimed, until the other ends",
+    )
     options, rest = parser.parse_known_args(argv)
+    if options.side_by_side and options.only:
+        parser.error("--side-by-side needs both sides: leave out --only")
+    if options.side_by_side and options.numprocesses is not None:
+        workers = options.numprocesses
+        if not workers.isdigit() or int(workers) < 2 or int(workers) % 2:
+            parser.error(
+                f"--side-by-side gives each side half of -n's workers: -n must be an even "
+                f"number (2, 4, ...), not {workers!r}; leave -n out for one serial process "
+                "a side"
+            )
     plugin_only: list[str] = []
     unknown: list[str] = []
     index = 0
@@ -923,7 +1086,10 @@ def split_arguments(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str],
             "e.g. -- -k dense; the plugin's as --eagersession-OPTION=VALUE)"
         )
     if options.numprocesses is not None:
-        both = ["-n", options.numprocesses, *both]
+        workers = options.numprocesses
+        if options.side_by_side:
+            workers = str(int(workers) // 2)
+        both = ["-n", workers, *both]
     return options, both, plugin_only
 
 
@@ -1082,6 +1248,15 @@ def main(argv: Sequence[str]) -> int:
     try:
         for suite, paths in staged:
             sides[suite.name] = {}
+            if options.side_by_side:
+                for round_ in range(options.rounds):
+                    runs = run_side_by_side(
+                        suite, paths, {"off": both, "on": [*both, *plugin_only]}, round_
+                    )
+                    for name, run in runs.items():
+                        first = sides[suite.name].get(name)
+                        sides[suite.name][name] = run if first is None else first.timed_with(run)
+                continue
             for round_, name in abba(names, options.rounds):
                 run = run_side(
                     suite,

@@ -1,12 +1,13 @@
 """The real-suite gate's report: the profile of the plugin's time, read from the JSON report's
 timings, and its suites (each library's tests on their own, a suite skipped where its library
-is not installed)."""
+is not installed); how its sides run (in turn, or side by side)."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +158,94 @@ def test_the_number_of_rounds_is_checked() -> None:
     assert options.rounds == 2
     with pytest.raises(SystemExit):
         realsuite.split_arguments(["--rounds", "0"])
+
+
+SESSION_LOG = """
+import os
+import time
+
+
+def pytest_sessionstart(session):
+    side = "on" if session.config.pluginmanager.has_plugin("eagersession") else "off"
+    with open(os.environ["GATE_SESSION_LOG"], "a") as log:
+        log.write(f"{side} {os.getpid()} start {time.time()}\\n")
+
+
+def pytest_sessionfinish(session):
+    side = "on" if session.config.pluginmanager.has_plugin("eagersession") else "off"
+    with open(os.environ["GATE_SESSION_LOG"], "a") as log:
+        log.write(f"{side} {os.getpid()} end {time.time()}\\n")
+"""
+
+BURN_WITH_THE_PLUGIN = """
+import time
+
+
+def test_work(request):
+    if request.config.pluginmanager.has_plugin("eagersession"):
+        end = time.process_time() + 1.5
+        while time.process_time() < end:
+            pass
+"""
+
+
+def running_with(argument: str) -> list[int]:
+    """The processes whose command line holds ``argument`` (Linux's /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and argument in (entry / "cmdline").read_text():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_side_by_side_runs_both_sides_at_once_and_keeps_the_machine_busy_until_both_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    suite_dir = tmp_path / "suite"
+    suite_dir.mkdir()
+    (suite_dir / "conftest.py").write_text(SESSION_LOG)
+    (suite_dir / "test_work.py").write_text(BURN_WITH_THE_PLUGIN)
+    log = tmp_path / "sessions.txt"
+    monkeypatch.setenv("GATE_SESSION_LOG", str(log))
+    monkeypatch.setattr(realsuite, "ROOT", tmp_path)
+    monkeypatch.setattr(realsuite, "STAGE", tmp_path / "stage")
+    suite = dataclasses.replace(realsuite.SUITES[0], name="tiny")
+    paths = [str(suite_dir / "test_work.py")]
+
+    runs = realsuite.run_side_by_side(suite, paths, {"off": [], "on": []})
+
+    assert {name: run.counts()["passed"] for name, run in runs.items()} == {"off": 1, "on": 1}
+    assert all(run.side_by_side for run in runs.values())
+    # Each side's CPU time is its own: the plugin-on side alone burned 1.5 s.
+    assert runs["on"].cpu_s >= 1.4
+    assert runs["off"].cpu_s < runs["on"].cpu_s - 1.0
+    assert runs["off"].wall_s < runs["on"].wall_s
+    events = [line.split() for line in log.read_text().splitlines()]
+    starts = {pid: float(at) for side, pid, what, at in events if what == "start"}
+    ends = {pid: float(at) for side, pid, what, at in events if what == "end"}
+    on_pids = [pid for side, pid, what, _ in events if side == "on" and what == "start"]
+    off_pids = [pid for side, pid, what, _ in events if side == "off" and what == "start"]
+    assert len(on_pids) == 1, "the side that ends last runs once"
+    on_pid = on_pids[0]
+    # The plugin-off side started with the other, and ran again (untimed) until it ended.
+    assert starts[off_pids[0]] < ends[on_pid]
+    assert len(off_pids) >= 2
+    assert starts[off_pids[1]] < ends[on_pid]
+    # Nothing of ours runs on: the filler running when the other side ended was killed.
+    assert not [pid for pid in running_with(str(suite_dir)) if pid != os.getpid()]
+    # The fillers leave no files that a later reader could take for a timed run's.
+    assert not list((tmp_path / "stage" / "results").glob("*filler*"))
+
+
+def test_side_by_side_splits_the_workers_and_needs_both_sides() -> None:
+    options, both, _ = realsuite.split_arguments(["--side-by-side", "-n", "4"])
+    assert options.side_by_side
+    assert both == ["-n", "2"]
+    options, both, _ = realsuite.split_arguments(["--side-by-side"])
+    assert both == []
+    for wrong in (["-n", "3"], ["-n", "auto"], ["-n", "1"], ["--only", "on"]):
+        with pytest.raises(SystemExit):
+            realsuite.split_arguments(["--side-by-side", *wrong])
