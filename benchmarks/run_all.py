@@ -203,6 +203,14 @@ def render(results: dict[str, Any], took: float) -> str:
         f"| {open_close['session_cost_ms']:.2f} ms | ≤ 2 ms: "
         f"{verdict(open_close['session_cost_ms'] <= 2)} |",
     ]
+    if "thread_start" in overhead:
+        start = overhead["thread_start"]
+        lines.append(
+            "| starting a session's cleaner thread, every core busy (mean; 90th percentile) "
+            f"| {start['prompt']['mean_ms']:.2f} ms ({start['prompt']['p90_ms']:.2f}); a plain "
+            f"`Thread.start()`: {start['plain']['mean_ms']:.2f} ms "
+            f"({start['plain']['p90_ms']:.2f}) | stated |"
+        )
     lines.append(
         f"| explaining every leak of a test ({explain['leaks']} leaks, one 17 links deep, one "
         f"with no Python holder), {explain['heap_objects']} objects in the "

@@ -1,4 +1,5 @@
-"""What an active session costs: per op, and per open/close with the survivor check.
+"""What an active session costs: per op, per open/close with the survivor check, and the start
+of its cleaner thread with every core busy (plain ``Thread.start()`` against ``run_promptly``).
 
 Each figure is a ratio of medians measured in one run, interleaving the variants, since the
 machine is shared and absolute times drift.
@@ -11,10 +12,14 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import random
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 def small_ops(count: int) -> None:
@@ -84,6 +89,58 @@ def open_close_cost(rounds: int) -> dict[str, float]:
     }
 
 
+def _spin(queue: Any) -> None:
+    from pytest_eagersession.wakeups import ask_for_prompt_wakeups
+
+    ask_for_prompt_wakeups()  # as the cleaner does
+    queue.get()
+
+
+def thread_start(rounds: int) -> dict[str, dict[str, float]]:
+    """Milliseconds the caller spends in a thread's start, plain and through ``run_promptly``
+    (mean, median, 90th percentile), with every core kept busy by other processes as in a
+    suite under xdist: the new thread, and then its caller, wait for a core."""
+    import queue as queues
+    import threading
+
+    from pytest_eagersession.wakeups import run_promptly
+
+    burners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(os.cpu_count() or 1)
+    ]
+    times: dict[str, list[float]] = {"plain": [], "prompt": []}
+    try:
+        time.sleep(0.2)
+        for index in range(rounds * 120):
+            variant = "plain" if index % 2 else "prompt"
+            waiting: queues.Queue[int] = queues.Queue()
+            thread = threading.Thread(target=_spin, args=(waiting,), daemon=True)
+            started = time.perf_counter()
+            if variant == "plain":
+                thread.start()
+            else:
+                run_promptly(thread.start)
+            times[variant].append(time.perf_counter() - started)
+            waiting.put(1)
+            thread.join()
+            sum(range(20_000))  # the test's own work between two starts
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+
+    def figures(samples: list[float]) -> dict[str, float]:
+        ordered = sorted(samples)
+        return {
+            "mean_ms": statistics.fmean(ordered) * 1e3,
+            "median_ms": statistics.median(ordered) * 1e3,
+            "p90_ms": ordered[int(len(ordered) * 0.9)] * 1e3,
+        }
+
+    return {variant: figures(samples) for variant, samples in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=25)
@@ -106,9 +163,17 @@ def main() -> None:
         f"  {cost['with_session_ms']:.2f} ms against {cost['ops_alone_ms']:.2f} ms for the ops "
         f"alone: {cost['session_cost_ms']:.2f} ms per session"
     )
+    start = thread_start(args.rounds)
+    print("Starting a cleaner thread, every core busy (mean, median, 90th percentile):")
+    for variant, figures in start.items():
+        print(
+            f"  {variant:<7} {figures['mean_ms']:.3f} ms, {figures['median_ms']:.3f} ms, "
+            f"{figures['p90_ms']:.3f} ms"
+        )
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"per_op_overhead": overhead, "open_close": cost}, handle, indent=2)
+            results = {"per_op_overhead": overhead, "open_close": cost, "thread_start": start}
+            json.dump(results, handle, indent=2)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from pytest_eagersession.heap import BOUNDARY, family, measured, others
 from pytest_eagersession.references import STOP, WAKE, ReferenceRegistry, report_failures
 from pytest_eagersession.resident import RESIDENT
 from pytest_eagersession.tracking import TRACKER, Owner
-from pytest_eagersession.wakeups import ask_for_prompt_wakeups
+from pytest_eagersession.wakeups import ask_for_prompt_wakeups, run_promptly
 
 #: Bytes the tensors and variables a session made may grow by before their cycles are collected.
 CYCLE_BYTES_THRESHOLD = 8 * 1024 * 1024
@@ -247,7 +247,8 @@ class Cleaner:
     and listing them at every wake cost Sonnet's suite several percent of its time. (Resident
     memory alone would miss garbage that fills memory freed before: a loop's own, once its
     first collection freed it.) It asks the kernel for short time slices as it starts
-    (``wakeups``): on a busy machine a woken thread may otherwise wait milliseconds for a core.
+    (``wakeups``): on a busy machine a woken thread may otherwise wait milliseconds for a core;
+    so does the thread that starts it, for that call alone.
     """
 
     def __init__(self, owner: Owner, references: ReferenceRegistry, watch: GarbageWatch) -> None:
@@ -260,7 +261,7 @@ class Cleaner:
         """The daemon thread (tests join it)."""
         self.prompt_wakeups = False
         """Whether the kernel accepted the thread's request for short slices (``wakeups``)."""
-        self.thread.start()
+        run_promptly(self.thread.start)  # on busy cores, a start waits for two of them
 
     def wake(self) -> None:
         """Watch afresh: the session became the owner of new objects (activated, or resumed)."""

@@ -1,4 +1,5 @@
-"""The cleaner thread asks the kernel for short slices, and changes nothing else about itself."""
+"""The cleaner thread asks the kernel for short slices, and changes nothing else about itself;
+the thread that starts it has short slices for that call alone."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from pytest_eagersession import EagerSession
-from pytest_eagersession.wakeups import PROMPT_SLICE_NS, ask_for_prompt_wakeups
+from pytest_eagersession.wakeups import PROMPT_SLICE_NS, ask_for_prompt_wakeups, run_promptly
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's scheduler")
 
@@ -79,3 +80,62 @@ def test_a_thread_under_another_policy_is_left_as_it_is() -> None:
     asked, policy = in_a_thread(body)
     assert not asked
     assert policy == os.SCHED_BATCH
+
+
+@linux_only
+@pytest.mark.parametrize("own_slice_ns", [None, 2_000_000], ids=["default", "its-own"])
+def test_a_prompt_call_runs_on_short_slices_and_the_thread_gets_its_own_back(
+    own_slice_ns: int | None,
+) -> None:
+    def body() -> tuple[int | None, int | None, int | None, tuple[int, int], tuple[int, int]]:
+        me = threading.get_native_id()
+        if own_slice_ns is not None and not ask_for_prompt_wakeups(own_slice_ns):
+            pytest.skip("the kernel refuses sched_setattr here")
+        os.setpriority(os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + 2)
+        before = slice_of(me)
+        kept = (os.getpriority(os.PRIO_PROCESS, me), os.sched_getscheduler(me))
+        during = run_promptly(lambda: slice_of(me))
+        after = slice_of(me)
+        return (
+            before,
+            during,
+            after,
+            kept,
+            (os.getpriority(os.PRIO_PROCESS, me), os.sched_getscheduler(me)),
+        )
+
+    before, during, after, kept, kept_after = in_a_thread(body)
+    if before is None:
+        pytest.skip("this kernel shows no slice (before EEVDF)")
+    if own_slice_ns is not None:
+        assert before == own_slice_ns
+    assert during == PROMPT_SLICE_NS
+    assert after == before
+    assert kept_after == kept
+
+
+@linux_only
+def test_a_prompt_call_that_raises_still_gives_the_thread_its_own_slice_back() -> None:
+    def body() -> tuple[int | None, int | None]:
+        me = threading.get_native_id()
+        before = slice_of(me)
+
+        def fails() -> None:
+            raise ValueError("from the call")
+
+        with pytest.raises(ValueError, match="from the call"):
+            run_promptly(fails)
+        return before, slice_of(me)
+
+    before, after = in_a_thread(body)
+    assert after == before
+
+
+@linux_only
+def test_a_prompt_call_leaves_a_thread_under_another_policy_as_it_is() -> None:
+    def body() -> tuple[str, int]:
+        me = threading.get_native_id()
+        os.sched_setscheduler(me, os.SCHED_BATCH, os.sched_param(0))
+        return run_promptly(lambda: "ran"), os.sched_getscheduler(me)
+
+    assert in_a_thread(body) == ("ran", os.SCHED_BATCH)
