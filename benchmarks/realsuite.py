@@ -643,6 +643,7 @@ def merged(runs: Sequence[Run]) -> Run:
         log=runs[0].log,
         suite="all",
         rounds=runs[0].rounds,
+        side_by_side=runs[0].side_by_side,
     )
 
 

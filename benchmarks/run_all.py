@@ -275,16 +275,38 @@ SUITE_KINDS = {
 
 
 def gate_design(run: dict[str, Any]) -> str:
-    """How the gate's sides ran, as a parenthesis for the page (or nothing: once each, in turn)."""
+    """How the gate's sides ran, and how far its ratios can be trusted, for the page."""
     rounds = run.get("rounds", 1)
     if run.get("side_by_side"):
         return (
-            f" (here the two sides of a suite ran side by side, one worker each, {rounds} "
-            "times, and the times are the sums: the machine's drift falls on both alike)"
+            f"Here the two sides of a suite ran side by side, one worker each, {rounds} times, "
+            "and the times are the sums: the machine's drift falls on both alike (run so, the "
+            "plugin-off side against itself came out at 1.00x to 1.01x; run in turn, one "
+            "side's own rounds differed by up to 17%)."
         )
-    if rounds > 1:
-        return f" (here each side ran {rounds} times, in ABBA order, and the times are the sums)"
-    return ""
+    return (
+        "A suite's ratio moves from run to run by several hundredths while other work shares "
+        "the machine; one run's figure is not a regression by itself"
+        + (
+            f" (here each side ran {rounds} times, in ABBA order, and the times are the sums)."
+            if rounds > 1
+            else "."
+        )
+    )
+
+
+def leak_share(suite: dict[str, Any]) -> str:
+    """What share of the plugin's time on a suite its true leaks take, as a sentence."""
+    phases = suite.get("profile", {}).get("phases_s", {})
+    total = sum(sum(split.values()) for split in phases.values())
+    leaking = sum(split.get("leaking", 0.0) for split in phases.values())
+    if not total or not leaking:
+        return ""
+    return (
+        f" On the Keras suite {leaking / total:.0%} of the plugin's time is its "
+        f"{suite.get('changed_by_leak_report', 0)} true leaks: a whole-heap collection before "
+        "each verdict, and the search for its holder."
+    )
 
 
 def realsuite_section(gate: dict[str, Any] | None) -> list[str]:
@@ -300,7 +322,9 @@ def realsuite_section(gate: dict[str, Any] | None) -> list[str]:
         "## The real-suite gate",
         "",
         f"`./scripts/realsuite`: {total} tests written by others, in {len(names)} suites run on "
-        f"their own, each with the plugin off and on, TensorFlow {gate['tensorflow']}:",
+        f"their own, each with the plugin off and on, TensorFlow {gate['tensorflow']}"
+        + (f" ({gate['run_apart']})" if "run_apart" in gate else "")
+        + ":",
         "",
     ]
     for name, s in suites.items():
@@ -338,11 +362,7 @@ def realsuite_section(gate: dict[str, Any] | None) -> list[str]:
         + " | ".join(plugin_seconds(suites[n]) for n in names)
         + " | | |",
         "",
-        "A suite's ratio moves from run to run by several hundredths while other work shares "
-        "the machine; one run's figure is not a regression by itself"
-        + gate_design(gate["runs"]["on"])
-        + ". On the Keras suite about 40% of the plugin's time is its 4 true leaks: a "
-        "whole-heap collection before each verdict, and the search for its holder. A cycle "
+        gate_design(gate["runs"]["on"]) + leak_share(suites.get("keras", {})) + " A cycle "
         "that Keras's own `gc.collect()` froze while alive (every `quantize()` calls one) "
         "and that died before the check is proven garbage by trial deletion instead "
         "([Guarantees](guarantees.md)): those checks cost 5.8 s of whole collections in 39 "
