@@ -52,7 +52,7 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -448,7 +448,7 @@ def pytest_command(
 class Started:
     """One side's pytest run, started and not yet reaped: what finishing it needs."""
 
-    suite: Suite
+    suite: str  # its name
     name: str
     plugin: bool
     process: subprocess.Popen[bytes]
@@ -500,18 +500,26 @@ def start_side(
             f"(output: {log.relative_to(ROOT)})",
             flush=True,
         )
+    process = launch(command, GATE, gate_environment(), log)
+    return Started(suite.name, name, plugin, process, junit, report, log, time.perf_counter())
+
+
+def launch(
+    command: Sequence[str], cwd: Path, env: dict[str, str], log: Path
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` in a process group of its own (``stop`` ends its workers with it),
+    its output, after the command line, in ``log``."""
     with log.open("w", encoding="utf-8") as output:
         output.write(" ".join(command) + "\n\n")
         output.flush()
-        process = subprocess.Popen(
+        return subprocess.Popen(
             command,
-            cwd=GATE,
-            env=gate_environment(),
+            cwd=cwd,
+            env=env,
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    return Started(suite, name, plugin, process, junit, report, log, time.perf_counter())
 
 
 def reaped(run: Started, wait: bool = True) -> tuple[float, float] | None:
@@ -540,7 +548,7 @@ def finished(run: Started, wall: float, cpu: float) -> Run:
     """The ``Run`` of a reaped run, from its JUnit XML and the plugin's JSON report."""
     last = [line for line in run.log.read_text(encoding="utf-8").splitlines() if line.strip()]
     print(
-        f"   {run.suite.name}, plugin {run.name}: {last[-1] if last else '(no output)'}",
+        f"   {run.suite}, plugin {run.name}: {last[-1] if last else '(no output)'}",
         flush=True,
     )
     status = run.process.returncode
@@ -548,7 +556,7 @@ def finished(run: Started, wall: float, cpu: float) -> Run:
     if status not in (0, 1, 5) or not run.junit.is_file():
         tail = "\n".join(last[-30:])
         raise RunIncomplete(
-            f"{run.suite.name}, plugin {run.name}: pytest exited with status {status}"
+            f"{run.suite}, plugin {run.name}: pytest exited with status {status}"
             f"{'' if run.junit.is_file() else ' and wrote no JUnit XML'}; the end of its "
             f"output:\n{tail}"
         )
@@ -561,7 +569,7 @@ def finished(run: Started, wall: float, cpu: float) -> Run:
         read_junit(run.junit),
         leaks,
         run.log,
-        run.suite.name,
+        run.suite,
         run.report,
     )
 
@@ -590,14 +598,28 @@ def run_side_by_side(
     extra: dict[str, Sequence[str]],
     round_: int = 0,
 ) -> dict[str, Run]:
-    """Both sides of one suite at the same time, ``extra[side]`` the arguments of each: a
-    machine that slows down or speeds up slows or speeds both alike. The side that finishes
-    first runs again, untimed, until the other is done, so that the other's last tests meet
-    the same load as its first ones instead of a machine of their own."""
-    runs = {
-        name: start_side(suite, name, paths, extra[name], name == "on", round_)
-        for name in ("off", "on")
+    """Both sides of one suite at the same time, ``extra[side]`` the arguments of each
+    (``side_by_side``)."""
+
+    def start(name: str, filler: bool) -> Started:
+        return start_side(suite, name, paths, extra[name], name == "on", round_, filler=filler)
+
+    ended = side_by_side(start)
+    return {
+        name: dataclasses.replace(finished(run, wall, cpu), side_by_side=True)
+        for name, (run, wall, cpu) in ended.items()
     }
+
+
+def side_by_side(
+    start: Callable[[str, bool], Started], names: Sequence[str] = ("off", "on")
+) -> dict[str, tuple[Started, float, float]]:
+    """Runs of each side in ``names`` at the same time (``start(name, filler)`` starts one):
+    each side's run, wall and CPU seconds. A machine that slows down or speeds up slows or
+    speeds both alike. The side that finishes first runs again, untimed (a filler), until the
+    other is done, so that the other's last tests meet the same load as its first ones instead
+    of a machine of their own; fillers leave no files."""
+    runs = {name: start(name, False) for name in names}
     times: dict[str, tuple[float, float]] = {}
     fillers: dict[str, Started] = {}
     try:
@@ -610,14 +632,10 @@ def run_side_by_side(
                     continue
                 times[name] = ended
                 if len(times) < len(runs):
-                    fillers[name] = start_side(
-                        suite, name, paths, extra[name], name == "on", round_, filler=True
-                    )
+                    fillers[name] = start(name, True)
             for name, filler in list(fillers.items()):
                 if reaped(filler, wait=False) is not None:  # ended before the other side
-                    fillers[name] = start_side(
-                        suite, name, paths, extra[name], name == "on", round_, filler=True
-                    )
+                    fillers[name] = start(name, True)
             time.sleep(0.05)
     finally:
         for run in [*runs.values(), *fillers.values()]:
@@ -625,10 +643,7 @@ def run_side_by_side(
         for filler in fillers.values():
             for path in (filler.junit, filler.report, filler.log):
                 path.unlink(missing_ok=True)
-    return {
-        name: dataclasses.replace(finished(run, *times[name]), side_by_side=True)
-        for name, run in runs.items()
-    }
+    return {name: (run, *times[name]) for name, run in runs.items()}
 
 
 def merged(runs: Sequence[Run]) -> Run:

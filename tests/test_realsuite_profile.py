@@ -15,6 +15,9 @@ import pytest
 from support import load_script
 
 realsuite = load_script(Path(__file__).parent.parent / "benchmarks" / "realsuite.py", "realsuite")
+side_by_side = load_script(
+    Path(__file__).parent.parent / "benchmarks" / "side_by_side.py", "side_by_side"
+)
 
 
 def test_the_profile_sums_phases_apart_for_leaking_tests_and_names_the_dearest(
@@ -249,3 +252,36 @@ def test_side_by_side_splits_the_workers_and_needs_both_sides() -> None:
     for wrong in (["-n", "3"], ["-n", "auto"], ["-n", "1"], ["--only", "on"]):
         with pytest.raises(SystemExit):
             realsuite.split_arguments(["--side-by-side", *wrong])
+
+
+def test_any_suite_runs_side_by_side_and_its_report_tells_the_cost_and_what_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "test_work.py").write_text(BURN_WITH_THE_PLUGIN)
+    monkeypatch.chdir(tmp_path)
+    figures_path = tmp_path / "figures.json"
+
+    out_dir = tmp_path / "out"
+    arguments = ["--json", str(figures_path), "--out", str(out_dir), "--", "test_work.py"]
+    assert side_by_side.main(arguments) == 0
+
+    out = capsys.readouterr().out
+    figures = json.loads(figures_path.read_text())
+    assert figures["runs"]["on"]["side_by_side"] is True
+    assert figures["runs"]["on"]["cpu_s"] >= 1.4 > figures["runs"]["off"]["cpu_s"]
+    assert figures["ratio"]["wall"] > 1.0
+    assert figures["differences"] == 0
+    assert "plugin on / plugin off:" in out
+    assert "tests whose outcome differs: 0" in out
+    assert figures["profile"]["tests"] == 1  # the plugin's JSON report was read
+    assert sorted(path.name for path in out_dir.iterdir()) == [
+        f"{kind}-{side}-round1"
+        for kind in ("eagersession.json", "junit.xml", "output.txt")
+        for side in ("off", "on")
+        if not (kind == "eagersession.json" and side == "off")
+    ]
+
+
+def test_the_side_by_side_script_needs_pytest_arguments() -> None:
+    with pytest.raises(SystemExit):
+        side_by_side.main(["--rounds", "1"])

@@ -1,0 +1,103 @@
+"""What the plugin costs on any pytest suite: plugin off and on, at the same time.
+
+    python benchmarks/side_by_side.py [--rounds N] [--json PATH] [--out DIR] -- PYTEST_ARGS ...
+
+Runs ``python -m pytest PYTEST_ARGS`` in the current folder twice at once, with
+``-p no:eagersession`` and with the plugin on (``--eagersession-*`` options among PYTEST_ARGS
+go to that side alone), the way the real-suite gate runs its own suites with
+``--side-by-side``: a machine whose speed drifts slows both alike, and the side that ends first
+runs again, untimed, until the other ends. Give each side ``-n 1`` to have two xdist workers in
+all, as ``-n 2`` would. Prints each side's outcomes, wall and CPU time, their ratios, the tests
+whose outcome differs, and the plugin's time by phase; the outputs stay in a folder it names.
+Environment variables the suite needs (``TF_USE_LEGACY_KERAS=1``, ``PYTHONPATH``) are taken
+from this process's environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import realsuite  # the gate's runner, beside this file
+
+
+def main(argv: Sequence[str]) -> int:
+    argv = list(argv)
+    pytest_args = argv[argv.index("--") + 1 :] if "--" in argv else []
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=realsuite.positive, default=1, metavar="N")
+    parser.add_argument("--json", metavar="PATH", help="write the figures as JSON here")
+    parser.add_argument(
+        "--out", metavar="DIR", help="the runs' outputs go here (default: a new temporary folder)"
+    )
+    options = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    if not pytest_args:
+        parser.error("give pytest's arguments after --, e.g. -- tests -n 1")
+    plugin_only = [arg for arg in pytest_args if arg.startswith("--eagersession")]
+    both = [arg for arg in pytest_args if not arg.startswith("--eagersession")]
+    folder = Path(options.out) if options.out else Path(tempfile.mkdtemp(prefix="side-by-side-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"side_by_side: outputs in {folder}", flush=True)
+    sides: dict[str, realsuite.Run] = {}
+    for round_ in range(options.rounds):
+
+        def start(name: str, filler: bool, round_: int = round_) -> realsuite.Started:
+            stem = f"{name}-round{round_ + 1}" + ("-filler" if filler else "")
+            junit, report, log = (
+                folder / f"{kind}-{stem}"
+                for kind in ("junit.xml", "eagersession.json", "output.txt")
+            )
+            command = [sys.executable, "-m", "pytest", "-q", f"--junitxml={junit}"]
+            if name == "on":
+                command += [f"--eagersession-json={report}", *plugin_only]
+            else:
+                command += ["-p", "no:eagersession"]
+            process = realsuite.launch([*command, *both], Path.cwd(), dict(os.environ), log)
+            return realsuite.Started(
+                "suite", name, name == "on", process, junit, report, log, time.perf_counter()
+            )
+
+        for name, (run, wall, cpu) in realsuite.side_by_side(start).items():
+            result = dataclasses.replace(realsuite.finished(run, wall, cpu), side_by_side=True)
+            sides[name] = result if name not in sides else sides[name].timed_with(result)
+    off, on = sides["off"], sides["on"]
+    realsuite.print_counts([off, on])
+    ratio = realsuite.ratios(off, on)
+    print(
+        f"   plugin on / plugin off: {ratio['wall']:.3f}x wall time, {ratio['cpu']:.3f}x CPU time"
+    )
+    differences = realsuite.compare(off, on)
+    print(f"   tests whose outcome differs: {len(differences)}")
+    for difference in differences[:20]:
+        why = " (a leak report)" if difference.leak else ""
+        print(
+            f"   - {difference.nodeid}: {difference.off} without the plugin, "
+            f"{difference.on} with it{why}"
+        )
+    profile = realsuite.read_profile(on.report) if on.report is not None else {}
+    realsuite.print_profile(profile, on.wall_s / on.rounds)
+    if options.json:
+        figures = {
+            "arguments": {"both": both, "plugin_on": plugin_only},
+            "runs": {"off": off.figures(), "on": on.figures()},
+            "ratio": ratio,
+            "differences": len(differences),
+            "profile": profile,
+        }
+        Path(options.json).write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
