@@ -20,7 +20,6 @@ gives the caller short slices for that call alone, and its own back after.
 from __future__ import annotations
 
 import functools
-import os
 import platform
 import sys
 import threading
@@ -50,23 +49,10 @@ def ask_for_prompt_wakeups(slice_ns: int = PROMPT_SLICE_NS) -> bool:
     does not). False where nothing was asked (not Linux, an unknown machine, a policy other
     than the normal one) or where the request was refused (a seccomp filter).
     """
-    number = _SCHED_SETATTR.get(platform.machine())
-    if not sys.platform.startswith("linux") or number is None:
+    own = _attributes()
+    if own is None or own.policy != _SCHED_OTHER:
         return False
-    thread = threading.get_native_id()
-    try:
-        if os.sched_getscheduler(thread) != _SCHED_OTHER:
-            return False
-        nice = os.getpriority(os.PRIO_PROCESS, thread)
-        import ctypes  # here, not at import: the plugin's import stays light
-
-        layout = _sched_attr_type()
-        attributes = layout(
-            size=ctypes.sizeof(layout), policy=_SCHED_OTHER, nice=nice, runtime=slice_ns
-        )
-        return int(_syscall()(number, thread, ctypes.byref(attributes), 0)) == 0
-    except (OSError, AttributeError):
-        return False
+    return _set(own, slice_ns)
 
 
 def run_promptly(call: Callable[[], T]) -> T:
@@ -114,7 +100,7 @@ def _attributes() -> Any:
 def _set(own: Any, slice_ns: int) -> bool:
     """Ask for ``own``'s attributes with a slice of ``slice_ns`` (0: the default) for the
     calling thread; whether the kernel took them."""
-    import ctypes
+    import ctypes  # here, not at import: the plugin's import stays light
 
     layout = _sched_attr_type()
     attributes = layout(
@@ -126,7 +112,10 @@ def _set(own: Any, slice_ns: int) -> bool:
     )
     number = _SCHED_SETATTR[platform.machine()]
     thread = threading.get_native_id()
-    return int(_syscall()(number, thread, ctypes.byref(attributes), 0)) == 0
+    try:
+        return int(_syscall()(number, thread, ctypes.byref(attributes), 0)) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 @functools.cache
