@@ -646,6 +646,13 @@ def side_by_side(
     return {name: (run, *times[name]) for name, run in runs.items()}
 
 
+def add_round(sides: dict[str, Run], run: Run) -> None:
+    """Count ``run`` as a round of its side in ``sides`` (by side name): the first, or a later
+    one whose times add up (``Run.timed_with``)."""
+    first = sides.get(run.name)
+    sides[run.name] = run if first is None else first.timed_with(run)
+
+
 def merged(runs: Sequence[Run]) -> Run:
     """The suites' runs of one side as one run: every test, the times added up."""
     return Run(
@@ -1269,9 +1276,8 @@ def main(argv: Sequence[str]) -> int:
                     runs = run_side_by_side(
                         suite, paths, {"off": both, "on": [*both, *plugin_only]}, round_
                     )
-                    for name, run in runs.items():
-                        first = sides[suite.name].get(name)
-                        sides[suite.name][name] = run if first is None else first.timed_with(run)
+                    for run in runs.values():
+                        add_round(sides[suite.name], run)
                 continue
             for round_, name in abba(names, options.rounds):
                 run = run_side(
@@ -1282,8 +1288,7 @@ def main(argv: Sequence[str]) -> int:
                     plugin=name == "on",
                     round_=round_,
                 )
-                first = sides[suite.name].get(name)
-                sides[suite.name][name] = run if first is None else first.timed_with(run)
+                add_round(sides[suite.name], run)
     except RunIncomplete as error:
         print(f"\nrealsuite: {error}", file=sys.stderr)
         print("VERDICT: INCOMPLETE: a run did not finish; nothing compared", flush=True)

@@ -68,9 +68,9 @@ def main(argv: Sequence[str]) -> int:
                 "suite", name, name == "on", process, junit, report, log, time.perf_counter()
             )
 
-        for name, (run, wall, cpu) in realsuite.side_by_side(start).items():
+        for run, wall, cpu in realsuite.side_by_side(start).values():
             result = dataclasses.replace(realsuite.finished(run, wall, cpu), side_by_side=True)
-            sides[name] = result if name not in sides else sides[name].timed_with(result)
+            realsuite.add_round(sides, result)
     off, on = sides["off"], sides["on"]
     realsuite.print_counts([off, on])
     ratio = realsuite.ratios(off, on)
