@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
+import operator
 import queue
 import sys
 import threading
@@ -81,6 +83,8 @@ class GarbageWatch:
         self._sizes: dict[int, tuple[weakref.ref[Any], int]] = {}  # by id of a weak reference
         self._older: list[weakref.ref[Any]] = []  # the oldest generation's last listing
         self._older_key: tuple[int, ...] | None = None  # and when it was made
+        self._middle: list[weakref.ref[Any]] = []  # the middle one's
+        self._middle_key: tuple[int, ...] | None = None
         self._sizes_pruned_at = 1024
         self.listing_seconds = 0.0
         """The CPU time the last look took to list and count the bytes (collecting aside; waiting
@@ -108,7 +112,7 @@ class GarbageWatch:
             self._baseline = False
             self._types = frozenset()
             self._sizes = {}
-            self._older, self._older_key = [], None
+            self._forget_listings()
 
     def note(self, nbytes: int) -> None:
         """Count ``nbytes`` of op outputs; look once half a threshold of them came."""
@@ -149,49 +153,87 @@ class GarbageWatch:
 
     def _listed(self) -> list[weakref.ref[Any]] | None:
         """Weak references to the tensors and variables the session made (None: it owns no new
-        objects now). What the oldest generation holds is listed again only after a collection
-        of the middle one or of itself, or a freeze, moved objects into it: between those,
-        objects leave it only by dying (their weak references tell). Code that builds a model
-        makes the youngest collections run every millisecond or so, while the oldest holds
-        most of what the session keeps: listing it at every look cost most of the looks' time.
+        objects now). Objects enter an older generation only when a collection of the one
+        before it, or a freeze, moves them there; between those, they leave it only by dying
+        (their weak references tell). So the oldest generation is listed again only after a
+        collection of the middle one or of itself, and the middle one only after a collection
+        of the youngest: code that builds a model makes the youngest collections run every
+        millisecond or so, while the oldest holds most of what the session keeps, and most
+        looks come between two collections of any kind. Listing every generation at every
+        look cost most of the looks' time.
         """
-        key = _oldest_generation_key()
-        if key is not None and key == self._older_key:
-            young = TRACKER.new_weakly(self._owner, self._types, (0, 1))
-            if young is None:
-                return None
-            if _oldest_generation_key() == key:
-                return self._older + young
-        listed = TRACKER.new_weakly_by_age(self._owner, self._types)
+        middle_key, oldest_key = _generation_keys()
+        owner, types = self._owner, self._types
+        if oldest_key is not None and oldest_key == self._older_key:
+            if middle_key == self._middle_key:
+                young = TRACKER.new_weakly(owner, types, (0,))
+                if young is None:
+                    return None
+                if _generation_keys()[0] == middle_key:
+                    return self._older + self._middle + young
+            else:
+                listed = TRACKER.new_weakly_apart(owner, types, (0, 1))
+                if listed is None:
+                    return None
+                young, middle = listed
+                now_middle, now_oldest = _generation_keys()
+                if now_oldest == oldest_key:
+                    self._middle, self._middle_key = (
+                        (middle, middle_key) if now_middle == middle_key else ([], None)
+                    )
+                    return self._older + middle + young
+        listed = TRACKER.new_weakly_apart(owner, types, (0, 1, 2))
         if listed is None:
-            self._older, self._older_key = [], None
+            self._forget_listings()
             return None
-        young, older = listed
-        if key is not None and _oldest_generation_key() == key:
-            self._older, self._older_key = older, key
+        young, middle, older = listed
+        now_middle, now_oldest = _generation_keys()
+        if oldest_key is not None and now_oldest == oldest_key:
+            self._older, self._older_key = older, oldest_key
+            self._middle, self._middle_key = (
+                (middle, middle_key) if now_middle == middle_key else ([], None)
+            )
         else:
-            self._older, self._older_key = [], None
-        return young + older
+            self._forget_listings()
+        return young + middle + older
 
-    def _variable_bytes(self, refs: list[weakref.ref[Any]]) -> int:
-        """The bytes of the live variables of ``refs``, each read once while it lives.
+    def _forget_listings(self) -> None:
+        self._older, self._older_key = [], None
+        self._middle, self._middle_key = [], None
 
-        A variable's shape and dtype are fixed, and reading them runs Python code in
-        TensorFlow: a session with hundreds of variables paid that at every look. The sizes are
-        kept by the weak reference the listing returns (the same object for one variable while
-        it lives, since ``weakref.ref`` hands back the one it made before), never by the variable.
+    def _counted(self, refs: list[weakref.ref[Any]], tensors: type, measures: Any) -> int:
+        """The bytes of the live tensors and variables of ``refs``, each measured once while it
+        lives: the sizes are kept by the weak reference the listing returns (the same object
+        for one referent while it lives, since ``weakref.ref`` hands back the one it made
+        before), never by the object.
+
+        A tensor's shape and dtype are fixed, and its element count is a TensorFlow C function
+        that lets other threads run: measured at every look, the tensors a model keeps cost
+        each look a hand-over of the interpreter per tensor, and the code's thread a pause at
+        each. A variable's size is read by Python code in TensorFlow: once is enough too.
+        What the listing found before is counted in C, from the sizes alone.
         """
         sizes = self._sizes
-        total = 0
-        variable = None
-        for ref in refs:
-            entry = sizes.get(id(ref))
-            variable = ref()
-            if variable is None:
-                continue
-            if entry is None:
-                entry = sizes[id(ref)] = (ref, variable_nbytes(variable))
+        keys = list(map(id, refs))
+        known = list(filter(None, map(sizes.get, keys)))
+        total: int = sum(
+            itertools.compress(
+                map(_SIZE, known),
+                map(operator.is_not, map(_REFERENT, map(_REF, known)), itertools.repeat(None)),
+            )
+        )
+        if len(known) == len(refs):
+            return total
+        new = list(itertools.compress(refs, map(operator.not_, map(sizes.__contains__, keys))))
+        for entry in measured(new, tensors, measures):
+            sizes[id(entry[0])] = entry
             total += entry[1]
+        variable = None
+        for ref in others(new, tensors):
+            variable = ref()
+            if variable is not None:
+                entry = sizes[id(ref)] = (ref, variable_nbytes(variable))
+                total += entry[1]
         variable = None  # no variable outlives the count in this frame
         if len(sizes) > self._sizes_pruned_at:
             self._sizes = {key: entry for key, entry in sizes.items() if entry[0]() is not None}
@@ -212,25 +254,29 @@ class GarbageWatch:
             if found is None:
                 return None
             with COUNTING:
-                return measured(found, tensors, measures) + self._variable_bytes(
-                    others(found, tensors)
-                )
+                return self._counted(found, tensors, measures)
         except Exception:  # a tensor half built (TensorFlow's status error), or died meanwhile
             return None
         finally:
             self.listing_seconds = time.thread_time() - started
 
 
-def _oldest_generation_key() -> tuple[int, ...] | None:
-    """What changes whenever objects enter the collector's oldest generation: the count of
-    collections of the middle one (its survivors move on) and of the oldest, and the line's
-    moves (``heap.Boundary.moves``); None while a move is under way, or where the generations
-    work otherwise (Python 3.14's incremental collector)."""
+_REF = operator.itemgetter(0)
+_SIZE = operator.itemgetter(1)
+_REFERENT = weakref.ref.__call__
+
+
+def _generation_keys() -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """What changes whenever objects enter the collector's middle generation, and its oldest:
+    the counts of collections of the generations before it (their survivors move on) and of
+    itself, and the line's moves (``heap.Boundary.moves``); None while a move is under way, or
+    where the generations work otherwise (Python 3.14's incremental collector)."""
     moves = BOUNDARY.moves
     if moves % 2 or sys.version_info >= (3, 14):
-        return None
+        return None, None
     stats = gc.get_stats()
-    return (moves, stats[1]["collections"], stats[2]["collections"])
+    youngest, middle, oldest = (stats[n]["collections"] for n in range(3))
+    return (moves, youngest, middle, oldest), (moves, middle, oldest)
 
 
 class Cleaner:

@@ -73,15 +73,23 @@ def of_types_weakly(types: frozenset[type], generations: Sequence[int]) -> list[
     return _in_one_call(_weak_selection(types, generations))
 
 
-def of_types_weakly_by_age(
-    types: frozenset[type], younger: Sequence[int], older: Sequence[int]
-) -> tuple[list[weakref.ref[Any]], list[weakref.ref[Any]]]:
-    """``of_types_weakly`` of the ``younger`` and of the ``older`` generations, apart, listed
-    in one call: no object can move from one to the other in between."""
-    items = _in_one_call(
-        itertools.chain(_weak_selection(types, younger), (_MARKER,), _weak_selection(types, older))
-    )
-    return _split(items, _MARKER)
+def of_types_weakly_apart(
+    types: frozenset[type], generations: Sequence[int]
+) -> list[list[weakref.ref[Any]]]:
+    """``of_types_weakly`` of each of ``generations``, apart, listed in one call: no object can
+    move from one to another in between."""
+    steps: list[Iterable[Any]] = []
+    for generation in generations:
+        if steps:
+            steps.append((_MARKER,))
+        steps.append(_weak_selection(types, (generation,)))
+    items = _in_one_call(itertools.chain.from_iterable(steps))
+    apart: list[list[weakref.ref[Any]]] = []
+    for _ in range(len(generations) - 1):
+        before, items = _split(items, _MARKER)
+        apart.append(before)
+    apart.append(items)
+    return apart
 
 
 def _weak_selection(types: frozenset[type], generations: Sequence[int]) -> Iterator[Any]:
@@ -112,10 +120,10 @@ def others(refs: Sequence[weakref.ref[Any]], cls: type) -> list[weakref.ref[Any]
 
 def measured(
     refs: Sequence[weakref.ref[Any]], cls: type, measures: Sequence[Sequence[Callable[[Any], Any]]]
-) -> int:
-    """The sum, over the live referents of ``refs`` of exactly ``cls``, of the product of
-    ``measures``: each a chain of C functions applied in turn (the first to the object, each
-    next to what the one before returned).
+) -> list[tuple[weakref.ref[Any], int]]:
+    """``(reference, size)`` for each live referent of ``refs`` of exactly ``cls``, the size
+    the product of ``measures``: each a chain of C functions applied in turn (the first to the
+    object, each next to what the one before returned).
 
     Counted in C, one object at a time: while a measure runs, the object it measures is held
     by the call alone, never by a container that another thread could see. The measures are
@@ -123,10 +131,10 @@ def measured(
     could not read; the count then ends with that exception.
     """
     if not refs or not measures:
-        return 0
+        return []
     alive = map(weakref.ref.__call__, refs)
     mine = itertools.compress(refs, map(operator.is_, map(type, alive), itertools.repeat(cls)))
-    copies = itertools.tee(mine, len(measures))
+    copies = itertools.tee(mine, len(measures) + 1)
 
     def measure(index: int) -> Iterator[Any]:
         values: Iterator[Any] = map(weakref.ref.__call__, copies[index])
@@ -134,7 +142,8 @@ def measured(
             values = map(step, values)
         return values
 
-    return sum(functools.reduce(partial(map, operator.mul), map(measure, range(len(measures)))))
+    sizes = functools.reduce(partial(map, operator.mul), map(measure, range(len(measures))))
+    return list(zip(copies[-1], sizes, strict=True))
 
 
 def _listing(

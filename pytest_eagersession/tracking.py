@@ -23,7 +23,7 @@ from pytest_eagersession.heap import (
     BOUNDARY,
     instances_weakly,
     of_types_weakly,
-    of_types_weakly_by_age,
+    of_types_weakly_apart,
 )
 from pytest_eagersession.kinds import Classifier, tensor_nbytes, tensorflow_ready
 
@@ -291,15 +291,14 @@ class Tracker:
                 return None
             return of_types_weakly(types, generations)
 
-    def new_weakly_by_age(
-        self, session: Owner, types: frozenset[type]
-    ) -> tuple[list[weakref.ref[Any]], list[weakref.ref[Any]]] | None:
-        """``new_weakly``, the two youngest generations' apart from the oldest one's, in one
-        call into C."""
+    def new_weakly_apart(
+        self, session: Owner, types: frozenset[type], generations: Sequence[int]
+    ) -> list[list[weakref.ref[Any]]] | None:
+        """``new_weakly``, each of ``generations`` apart, in one call into C."""
         with self._lock:
             if not (BOUNDARY.drawn and self.owner() is session and tensorflow_ready()):
                 return None
-            return of_types_weakly_by_age(types, (0, 1), (2,))
+            return of_types_weakly_apart(types, generations)
 
     def collect_new(self, session: Owner | None = None) -> int | None:
         """Collect what was made since the line, alone: the number collected, or None where no

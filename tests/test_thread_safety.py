@@ -274,13 +274,15 @@ def test_a_count_of_bytes_holds_nothing_that_another_thread_could_see() -> None:
 
     probing = [[probe, *steps] for steps in measures]
     expected = sum(int(t._num_elements()) * t.dtype.size for t in tensors)
-    assert heap.measured(refs, tensor_class, probing) == expected
+    sizes = heap.measured(refs, tensor_class, probing)
+    assert [ref for ref, _ in sizes] == refs[: len(tensors)]  # the tensors', in their order
+    assert sum(size for _, size in sizes) == expected
     assert len(seen) == 2 * len(tensors)  # each tensor, once per measure; the variable never
     assert seen == [[]] * len(seen)
     assert [ref() for ref in heap.others(refs, tensor_class)] == others
     tensors.clear()
     gc.collect()
-    assert heap.measured(refs, tensor_class, measures) == 0  # dead referents count nothing
+    assert heap.measured(refs, tensor_class, measures) == []  # dead referents count nothing
 
 
 def test_a_survivor_check_never_sees_a_tensor_that_only_the_cleaner_is_counting(
@@ -383,6 +385,27 @@ def test_a_weak_listing_keeps_nothing_alive() -> None:
     assert sorted(map(id, (ref() for ref in refs))) == sorted(map(id, kept))
     del kept
     assert [ref() for ref in refs] == [None] * 3
+
+
+def test_a_listing_by_generation_tells_each_one_apart_and_keeps_nothing_alive() -> None:
+    class Kept:
+        pass
+
+    gc.disable()  # no collection but ours moves the objects between generations
+    try:
+        older = [Kept(), Kept()]
+        gc.collect(1)  # into the oldest generation
+        middle = [Kept()]
+        gc.collect(0)  # into the middle one
+        young = [Kept(), Kept(), Kept()]
+        apart = heap.of_types_weakly_apart(frozenset([Kept]), (0, 1, 2))
+    finally:
+        gc.enable()
+    ids = [sorted(id(ref()) for ref in refs) for refs in apart]
+    assert ids == [sorted(map(id, objects)) for objects in (young, middle, older)]
+    assert heap.of_types_weakly_apart(frozenset([Kept]), (2,)) == [apart[2]]  # the same refs
+    del older, middle, young
+    assert [ref() for refs in apart for ref in refs] == [None] * 6
 
 
 HALF_BUILT = r"""

@@ -20,7 +20,7 @@ from support import IN_BACKGROUND, ON_SAFE_POINTS, ON_SESSION_CLOSE
 from support import wait_until as wait_for
 
 from pytest_eagersession import EagerSession, NativeReference, ResourceCleanupStrategy, cleaner
-from pytest_eagersession._tf.classes import variable_nbytes
+from pytest_eagersession._tf.classes import tensor_measures, variable_nbytes
 from pytest_eagersession.cleaner import CYCLE_BYTES_THRESHOLD, GarbageWatch
 from pytest_eagersession.survivors import Survivor
 from pytest_eagersession.tracking import TRACKER
@@ -966,7 +966,7 @@ def test_a_looks_cost_is_its_cpu_time_not_its_wait_for_the_interpreter(
     make_session, monkeypatch
 ) -> None:
     """A listing that waits (for the interpreter, here a sleep) is cheap: looks stay frequent."""
-    for name in ("new_weakly", "new_weakly_by_age"):
+    for name in ("new_weakly", "new_weakly_apart"):
         listed = getattr(TRACKER, name)
 
         def waiting(*args: Any, listed: Callable[..., Any] = listed) -> Any:
@@ -1083,45 +1083,90 @@ def test_a_variables_size_is_read_once_while_it_lives_and_never_keeps_it(
         assert gone() is None  # the watch keeps no variable alive
 
 
-def test_the_oldest_generation_is_listed_again_only_after_objects_moved_into_it(
+def test_a_tensors_size_is_measured_once_while_it_lives_and_never_keeps_it(
     make_session, monkeypatch
 ) -> None:
-    """Between collections of the older generations and freezes, a look lists the two youngest
-    alone and counts the oldest one's tensors from its last listing, less those that died
-    since. Collections of the youngest alone (every millisecond or so in code that builds a
-    model) move nothing into the oldest."""
-    full: list[int] = []
-    by_age = TRACKER.new_weakly_by_age
+    """A tensor's element count lets other threads run (the code's thread takes the interpreter
+    at each); the watch measures a tensor at the first look that finds it, then counts it from
+    the size it kept, while the tensor lives."""
+    tensor_class, measures = tensor_measures()
+    measured: list[int] = []
 
-    def counted(owner: Any, *args: Any) -> Any:
-        if owner is session:  # not the looks of the plugin's own session for this test
-            full.append(1)
-        return by_age(owner, *args)
+    def probe(obj: Any) -> Any:
+        measured.append(id(obj))
+        return obj
 
-    monkeypatch.setattr(TRACKER, "new_weakly_by_age", counted)
+    probing = [[probe, *measures[0]], *measures[1:]]
+    monkeypatch.setattr(cleaner, "tensor_measures", lambda: (tensor_class, probing))
+    session = make_session(ON_SESSION_CLOSE, track_creation=False)
+    with automatic_gc_held_off(), session:
+        watch = GarbageWatch(session, threshold=64 * MIB)
+        kept = tf.zeros([256, 1024])  # 1 MiB
+        watch.look()
+        assert watch.bytes_seen >= MIB
+        assert measured.count(id(kept)) == 1
+        assert watch.look() == 0
+        assert measured.count(id(kept)) == 1  # counted again from its size
+        other = tf.zeros([128, 1024])  # 0.5 MiB more
+        assert watch.look() == MIB // 2
+        assert (measured.count(id(other)), measured.count(id(kept))) == (1, 1)
+        before = watch.bytes_seen
+        gone = weakref.ref(kept)
+        del kept
+        assert gone() is None  # the watch keeps no tensor alive
+        watch.look()
+        assert watch.bytes_seen == before - MIB  # a dead tensor's kept size counts no more
+        del other
+
+
+def test_an_older_generation_is_listed_again_only_after_objects_moved_into_it(
+    make_session, monkeypatch
+) -> None:
+    """A look lists the youngest generation, and an older one only after a collection of the
+    one before it (or a freeze) moved objects into it; between those, it counts the older ones'
+    tensors from their last listings, less those that died since."""
+    listed: list[tuple[int, ...]] = []
+
+    def counting(listing: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(owner: Any, types: Any, generations: Any) -> Any:
+            if owner is session:  # not the looks of the plugin's own session for this test
+                listed.append(tuple(generations))
+            return listing(owner, types, generations)
+
+        return counted
+
+    for name in ("new_weakly", "new_weakly_apart"):
+        monkeypatch.setattr(TRACKER, name, counting(getattr(TRACKER, name)))
     session = make_session(ON_SESSION_CLOSE, track_creation=False)
     with automatic_gc_held_off(), session:
         watch = GarbageWatch(session, threshold=64 * MIB)
         kept = [tf.fill([256, 1024], 0.0), tf.fill([256, 1024], 1.0)]  # 2 MiB
         gc.collect(1)  # into the oldest generation
         watch.look()
-        assert len(full) == 1
+        assert listed == [(0, 1, 2)]
         fresh = tf.fill([128, 1024], 2.0)  # 0.5 MiB, in the youngest
         assert watch.look() == MIB // 2
         del kept[0]  # 1 MiB of the oldest one's listing dies: counted no more
         assert watch.look() == 0
+        assert watch.bytes_seen == MIB + MIB // 2
         kept.append(tf.fill([256, 1024], 3.0))
         assert watch.look() == MIB
-        gc.collect(0)  # from the youngest into the middle one: both are listed at each look
+        assert listed[1:] == [(0,), (0,), (0,)]  # no collection: the youngest alone
+        gc.collect(0)  # from the youngest into the middle one: it is listed again
         assert watch.look() == 0
-        assert len(full) == 1  # nothing entered the oldest: its listing was kept
-        gc.collect(1)  # objects moved into the oldest: listed again
+        assert listed[-1] == (0, 1)
+        del fresh  # 0.5 MiB of the middle one's listing dies
         assert watch.look() == 0
-        assert len(full) == 2
+        assert watch.bytes_seen == 2 * MIB
+        assert listed[-1] == (0,)
+        gc.collect(1)  # objects moved into the oldest: every generation listed again
+        assert watch.look() == 0
+        assert listed[-1] == (0, 1, 2)
+        assert watch.bytes_seen == 2 * MIB
         gc.freeze()  # the line drawn again (everything new is frozen): listed again
         watch.look()
-        assert len(full) == 3
-        del fresh
+        assert listed[-1] == (0, 1, 2)
+        assert len(listed) == 8
 
 
 def test_bytes_kept_on_purpose_make_the_watch_wait_longer(make_session) -> None:
