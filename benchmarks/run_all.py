@@ -177,6 +177,7 @@ def render(results: dict[str, Any], took: float) -> str:
         f"| plugin's cost per test ({plugin['plugin']['tests']} small TensorFlow tests, "
         f"median of runs, against `-p no:eagersession`) | {plugin['plugin']['per_test_ms']:.2f} ms"
         f" | ≤ 2 ms: {verdict(plugin['plugin']['per_test_ms'] <= 2)} |",
+        *small_tests_rows(results.get("small")),
         f"| TensorFlow's `assert_no_new_tensors` per test, same tests as `tf.test.TestCase` "
         f"| {plugin['tensorflow']['per_test_ms']:.0f} ms: ours is {plugin['ratio']:.0f}x cheaper"
         f" | ≥ 200x: {verdict(plugin['ratio'] >= 200)} |",
@@ -272,6 +273,21 @@ SUITE_KINDS = {
     "keras": "its own tests, with a `tf.test.TestCase`-style suite of ours",
     "sonnet": "`tf.test.TestCase` and absl `parameterized`, no Keras",
 }
+
+
+def small_tests_rows(small: dict[str, Any] | None) -> list[str]:
+    """The headline row of ``small_tests.py``: the plugin's cost per small test, side by side."""
+    if not small:
+        return []
+    tests = small["runs"]["on"]["counts"]["passed"]
+    per_test = small["per_test_ms"]
+    met = "met" if per_test["wall"] <= 1 else "missed"
+    return [
+        f"| plugin's cost per small test, side by side ({tests} generated tests: a module "
+        f"fixture, `parametrize`, a few ops each; `benchmarks/small_tests.py`, one xdist worker "
+        f"a side) | {per_test['wall']:+.2f} ms of wall time, {per_test['cpu']:+.2f} ms of CPU "
+        f"| ≤ 1 ms of wall time: {met} |"
+    ]
 
 
 def gate_design(run: dict[str, Any]) -> str:
@@ -404,6 +420,8 @@ def main() -> None:
         "explain_cost.py", *(["--repeats", "1", "--objects", "300000"] if quick else [])
     )
     results["bookkeeping"] = run("bookkeeping.py", *(["--tests", "2000"] if quick else []))
+    small = ["--tests", "300", "--rounds", "1"] if quick else []
+    results["small"] = run("small_tests.py", *small)
     if not quick:  # the gate's verdict does not stop the page: its figures are what it reports
         gate = ("--side-by-side", "-n", "2", "--rounds", "2")  # as CI runs it
         results["realsuite"] = run("realsuite.py", *gate, check=False)

@@ -7,8 +7,9 @@ Runs ``python -m pytest PYTEST_ARGS`` in the current folder twice at once, with
 go to that side alone), the way the real-suite gate runs its own suites with
 ``--side-by-side``: a machine whose speed drifts slows both alike, and the side that ends first
 runs again, untimed, until the other ends. Give each side ``-n 1`` to have two xdist workers in
-all, as ``-n 2`` would. Prints each side's outcomes, wall and CPU time, their ratios, the tests
-whose outcome differs, and the plugin's time by phase; the outputs stay in a folder it names.
+all, as ``-n 2`` would. Prints each side's outcomes, wall and CPU time, their ratios, the
+plugin's cost per test that ran, the tests whose outcome differs, and the plugin's time by
+phase; the outputs stay in a folder it names.
 Environment variables the suite needs (``TF_USE_LEGACY_KERAS=1``, ``PYTHONPATH``) are taken
 from this process's environment.
 """
@@ -77,6 +78,11 @@ def main(argv: Sequence[str]) -> int:
     print(
         f"   plugin on / plugin off: {ratio['wall']:.3f}x wall time, {ratio['cpu']:.3f}x CPU time"
     )
+    per_test = cost_per_test(off, on)
+    print(
+        f"   the plugin's cost per test: {per_test['wall']:+.2f} ms of wall time, "
+        f"{per_test['cpu']:+.2f} ms of CPU time"
+    )
     differences = realsuite.compare(off, on)
     print(f"   tests whose outcome differs: {len(differences)}")
     for difference in differences[:20]:
@@ -92,11 +98,22 @@ def main(argv: Sequence[str]) -> int:
             "arguments": {"both": both, "plugin_on": plugin_only},
             "runs": {"off": off.figures(), "on": on.figures()},
             "ratio": ratio,
+            "per_test_ms": per_test,
             "differences": len(differences),
             "profile": profile,
         }
         Path(options.json).write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
     return 0
+
+
+def cost_per_test(off: realsuite.Run, on: realsuite.Run) -> dict[str, float]:
+    """What the plugin added per test and round, in milliseconds (wall and CPU)."""
+    tests = max(1, sum(on.counts()[outcome] for outcome in ("passed", "failed", "error")))
+    rounds = max(1, on.rounds)
+    return {
+        "wall": (on.wall_s - off.wall_s) / rounds / tests * 1000,
+        "cpu": (on.cpu_s - off.cpu_s) / rounds / tests * 1000,
+    }
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ realsuite = load_script(Path(__file__).parent.parent / "benchmarks" / "realsuite
 side_by_side = load_script(
     Path(__file__).parent.parent / "benchmarks" / "side_by_side.py", "side_by_side"
 )
+small_tests = load_script(
+    Path(__file__).parent.parent / "benchmarks" / "small_tests.py", "small_tests"
+)
 
 
 def test_the_profile_sums_phases_apart_for_leaking_tests_and_names_the_dearest(
@@ -295,6 +298,9 @@ def test_any_suite_runs_side_by_side_and_its_report_tells_the_cost_and_what_chan
     assert figures["differences"] == 0
     assert "plugin on / plugin off:" in out
     assert "tests whose outcome differs: 0" in out
+    # One test ran a side; the plugin-on side's burned 1.5 s of CPU: that is its cost per test.
+    assert figures["per_test_ms"]["cpu"] >= 1400
+    assert "the plugin's cost per test: +" in out
     assert figures["profile"]["tests"] == 1  # the plugin's JSON report was read
     assert sorted(path.name for path in out_dir.iterdir()) == [
         f"{kind}-{side}-round1"
@@ -307,3 +313,20 @@ def test_any_suite_runs_side_by_side_and_its_report_tells_the_cost_and_what_chan
 def test_the_side_by_side_script_needs_pytest_arguments() -> None:
     with pytest.raises(SystemExit):
         side_by_side.main(["--rounds", "1"])
+
+
+def test_the_small_suite_has_the_tests_it_says(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    count = small_tests.write_suite(tmp_path, 65)
+    assert count == 60  # ten modules of three functions, each parametrized alike
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:eagersession"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert "60 tests collected" in listed.stdout
