@@ -208,10 +208,10 @@ class GarbageWatch:
         before), never by the object.
 
         A tensor's shape and dtype are fixed, and its element count is a TensorFlow C function
-        that lets other threads run: measured at every look, the tensors a model keeps cost
-        each look a hand-over of the interpreter per tensor, and the code's thread a pause at
-        each. A variable's size is read by Python code in TensorFlow: once is enough too.
-        What the listing found before is counted in C, from the sizes alone.
+        that lets other threads run: measured at every look, each tensor a model keeps passed
+        the interpreter to the code's thread and back, and stayed alive meanwhile even if the
+        code dropped it. A variable's size is read by Python code in TensorFlow: once is
+        enough too. What an earlier look measured is counted in C, from the sizes alone.
         """
         sizes = self._sizes
         keys = list(map(id, refs))
