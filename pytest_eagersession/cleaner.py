@@ -290,7 +290,10 @@ class Cleaner:
     threshold for ``QUIET_S``, a wake reads the process's resident memory (``resident``) and
     lists only if it grew by a sixteenth of the threshold since the last look, or at the
     ``QUIET_SKIPS + 1``-th wake: a test that builds a model keeps tens of thousands of objects,
-    and listing them at every wake cost Sonnet's suite several percent of its time. (Resident
+    and listing them at every wake cost Sonnet's suite several percent of its time. A session
+    starts quiet (when it opens and each time it becomes the owner again): most tests make
+    little, and listing through each one's first ``QUIET_S`` was two thirds of the looks in
+    Sonnet's suite; memory that grows from the start brings a listing at the first wake. (Resident
     memory alone would miss garbage that fills memory freed before: a loop's own, once its
     first collection freed it.) It asks the kernel for short time slices as it starts
     (``wakeups``): on a busy machine a woken thread may otherwise wait milliseconds for a core;
@@ -336,8 +339,10 @@ class Cleaner:
         interval = shortest
         grew_at = float("-inf")  # nothing grew yet: the looks back off until something does
         skipped = 0  # wakes in a row that read the resident memory alone
-        still_at, still_since = 0, time.monotonic()  # the bytes, and since when they stay so
-        resident_at = 0  # the resident memory at the last look
+        # The bytes, and since when they stay so: a session starts quiet, so that a test that
+        # makes little is watched through its resident memory alone.
+        still_at, still_since = 0, float("-inf")
+        resident_at = RESIDENT.read() or 0  # the resident memory at the last look
         while True:
             watching = TRACKER.is_innermost(self._owner) and tensorflow_ready()
             try:
@@ -364,7 +369,7 @@ class Cleaner:
                 return
             if item is WAKE:
                 interval, grew_at = shortest, float("-inf")
-                still_at, still_since = 0, time.monotonic()
+                still_at, still_since = 0, float("-inf")
                 continue
             failures: list[str] = []
             if references.delete(item, failures):

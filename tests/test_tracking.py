@@ -1017,6 +1017,42 @@ def test_a_quiet_cleaner_reads_the_resident_memory_and_lists_when_it_grows(
     del grown
 
 
+def test_a_session_starts_quiet_and_lists_at_once_when_memory_grows(
+    make_session, monkeypatch
+) -> None:
+    """From its first wake a session's cleaner reads the resident memory and lists only one wake
+    in ``QUIET_SKIPS + 1``; memory that grows from the start is listed at the next wake."""
+    from pytest_eagersession import resident
+
+    monkeypatch.setattr(cleaner, "LOOK_INTERVAL_S", (0.001, 0.001))
+    reads: list[int] = []
+    looks: list[int] = []
+    session = make_session(IN_BACKGROUND, track_creation=False)
+    real_read, real_look = resident.ResidentMemory.read, GarbageWatch.look
+
+    def read(memory: Any) -> int | None:
+        if threading.current_thread() is session.cleaner.thread:
+            reads.append(1)
+        return real_read(memory)
+
+    def look(watch: GarbageWatch) -> int:
+        if watch is session._watch:
+            looks.append(len(reads))
+        return real_look(watch)
+
+    monkeypatch.setattr(resident.ResidentMemory, "read", read)
+    monkeypatch.setattr(GarbageWatch, "look", look)
+    with session:
+        assert wait_for(lambda: len(reads) >= 3 * (cleaner.QUIET_SKIPS + 1))
+        first_reads, first_looks = len(reads), len(looks)
+        grown = bytearray(64 * MIB)
+        grown[::4096] = b"\x01" * len(grown[::4096])
+        assert wait_for(lambda: len(looks) > first_looks and looks[-1] <= first_reads + 2)
+    # Listing at every wake through the first QUIET_S would have been a look a read.
+    assert first_looks <= first_reads // (cleaner.QUIET_SKIPS + 1) + 1
+    del grown
+
+
 def test_resident_memory_is_read_on_linux_and_nowhere_else(monkeypatch) -> None:
     from pytest_eagersession import resident
 
