@@ -24,13 +24,14 @@ import time
 import weakref
 from typing import Any
 
+from pytest_eagersession import workers
 from pytest_eagersession._tf import is_ready as tensorflow_ready
 from pytest_eagersession._tf.classes import byte_holders, tensor_measures, variable_nbytes
 from pytest_eagersession.heap import BOUNDARY, family, measured, others
 from pytest_eagersession.references import STOP, WAKE, ReferenceRegistry, report_failures
 from pytest_eagersession.resident import RESIDENT
 from pytest_eagersession.tracking import TRACKER, Owner
-from pytest_eagersession.wakeups import ask_for_prompt_wakeups, run_promptly
+from pytest_eagersession.wakeups import ask_for_prompt_wakeups
 
 #: Bytes the tensors and variables a session made may grow by before their cycles are collected.
 CYCLE_BYTES_THRESHOLD = 8 * 1024 * 1024
@@ -280,7 +281,10 @@ def _generation_keys() -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
 
 
 class Cleaner:
-    """The background thread of one session, started at once; ``stop()`` ends it.
+    """The background thread of one session, running from its start to ``stop()``.
+
+    The thread is its own while it runs; a parked one is reused (``workers``), since starting a
+    thread a test cost as much as the rest of a small test's session.
 
     It blocks on the session's garbage queue and deletes each reference whose referent died.
     While its session owns new objects it also looks at them (``GarbageWatch``) between items:
@@ -304,13 +308,16 @@ class Cleaner:
         self._owner = owner
         self._references = references
         self._watch = watch
-        self.thread = threading.Thread(
-            target=self._run, name=f"eagersession-cleaner-{id(owner):x}", daemon=True
-        )
-        """The daemon thread (tests join it)."""
         self.prompt_wakeups = False
         """Whether the kernel accepted the thread's request for short slices (``wakeups``)."""
-        run_promptly(self.thread.start)  # on busy cores, a start waits for two of them
+        self._job = workers.start(f"eagersession-cleaner-{id(owner):x}", self._run)
+        self.thread = self._job.thread
+        """The daemon thread that runs it (parked once it stopped, for the next cleaner)."""
+
+    @property
+    def running(self) -> bool:
+        """Whether the thread has not stopped this cleaner yet."""
+        return self._job.running
 
     def wake(self) -> None:
         """Watch afresh: the session became the owner of new objects (activated, or resumed)."""
@@ -321,9 +328,9 @@ class Cleaner:
         self._references.garbage_queue.put(STOP)
 
     def join(self) -> None:
-        """Wait for the thread to end (not from the thread itself), ``CLEANER_JOIN_TIMEOUT_S``."""
+        """Wait for the cleaner to stop (not from its thread), ``CLEANER_JOIN_TIMEOUT_S``."""
         if self.thread is not threading.current_thread():
-            self.thread.join(CLEANER_JOIN_TIMEOUT_S)
+            self._job.join(CLEANER_JOIN_TIMEOUT_S)
 
     def stop(self) -> None:
         """Stop the thread and wait for it."""

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from pytest_eagersession import workers
 from pytest_eagersession.assertions import EagerChecks
 from pytest_eagersession.kinds import tensorflow_ready
 from pytest_eagersession.peak_check import PeakCheck
@@ -364,6 +365,7 @@ class TestSessions:
             with contextlib.suppress(Exception):
                 interrupted.close()
         self._scopes.close_all()
+        workers.end_parked()  # the cleaners' threads kept for the next sessions
 
 
 # ----------------------------------------------------------------- fixtures

@@ -285,10 +285,10 @@ HYGIENE_CONFTEST = """
     LEFT = []
     BEFORE = set()  # the threads of whoever runs this suite (pytester's outer run)
 
-    def _ours():
+    def _ours():  # the threads parked for the next sessions run nothing (test_session.py)
         return {
             t.name for t in threading.enumerate() if t.name.startswith("eagersession-")
-        } - BEFORE
+        } - BEFORE - {"eagersession-parked"}
 
     def pytest_sessionstart(session):
         BEFORE.update(_ours())

@@ -250,14 +250,58 @@ def test_close_deletes_references_whose_referent_is_alive(make_session, strategy
     assert referent is not None
 
 
-def test_in_background_has_exactly_one_daemon_thread_stopped_by_close() -> None:
+def test_in_background_has_a_daemon_thread_of_its_own_until_close_parks_it() -> None:
+    from pytest_eagersession import workers
+
+    workers.end_parked()
     before = set(threading.enumerate())
     session = EagerSession.create()
+    other = EagerSession.create()
     started = [thread for thread in threading.enumerate() if thread not in before]
-    assert len(started) == 1
-    assert started[0].daemon
+    assert session.cleaner is not None
+    assert other.cleaner is not None
+    thread = session.cleaner.thread
+    assert sorted(started, key=id) == sorted([thread, other.cleaner.thread], key=id)
+    assert thread.daemon
+    assert thread.name == f"eagersession-cleaner-{id(session):x}"
     session.close()
-    assert not started[0].is_alive()
+    assert not session.cleaner.running
+    assert other.cleaner.running  # the other session's thread is still its own
+    assert thread.is_alive()
+    assert thread.name == workers.PARKED_NAME
+    assert workers.parked_threads() == [thread]
+    again = EagerSession.create()  # a new session takes the parked thread: no thread started
+    assert again.cleaner is not None
+    assert again.cleaner.thread is thread
+    assert thread.name == f"eagersession-cleaner-{id(again):x}"
+    assert workers.parked_threads() == []
+    assert set(threading.enumerate()) - before == set(started)
+    again.close()
+    other.close()
+    workers.end_parked()
+    assert not thread.is_alive()
+    assert workers.parked_threads() == []
+
+
+def test_a_parked_thread_keeps_nothing_of_its_session_and_parking_is_bounded() -> None:
+    import gc
+    import weakref
+
+    from pytest_eagersession import workers
+
+    workers.end_parked()
+    sessions = [EagerSession.create() for _ in range(workers.PARKED_MOST + 2)]
+    threads = [session.cleaner.thread for session in sessions if session.cleaner is not None]
+    refs = [weakref.ref(session) for session in sessions]
+    for session in sessions:
+        session.close()
+    del sessions, session
+    gc.collect()
+    assert [ref() for ref in refs] == [None] * len(refs)
+    assert len(workers.parked_threads()) == workers.PARKED_MOST
+    assert wait_until(lambda: sum(t.is_alive() for t in threads) == workers.PARKED_MOST)
+    workers.end_parked()
+    assert not any(t.is_alive() for t in threads)
 
 
 @pytest.mark.parametrize("strategy", [ON_SAFE_POINTS, ON_SESSION_CLOSE])

@@ -169,7 +169,7 @@ def run_threads(target: Callable[[int], None], count: int = THREADS) -> None:
 
 def cleaner_stopped(session: EagerSession) -> bool:
     cleaner = session.cleaner
-    return cleaner is None or not cleaner.thread.is_alive()
+    return cleaner is None or not cleaner.running
 
 
 # ---------------------------------------------------------------- concurrency

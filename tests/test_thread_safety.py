@@ -188,21 +188,17 @@ def test_the_cleaner_thread_lists_the_heap_only_inside_one_call(
         return real_listing(generation)
 
     monkeypatch.setattr(heap, "_GET_OBJECTS", listing)
-    before = set(threading.enumerate())
     cycles = 0
     session = EagerSession.options().resource_cleanup_strategy("in_background").build()
     with session:
-        cleaners = [
-            thread
-            for thread in threading.enumerate()
-            if thread not in before and thread.name.startswith(CLEANER_PREFIX)
-        ]
+        assert session.cleaner is not None
+        cleaners = [session.cleaner.thread]
         deadline = time.monotonic() + CLEANER_WATCH_S
         while time.monotonic() < deadline:
             cycle: list[object] = [tf.add(tf.zeros((256, 256)), 1.0)]
             cycle.append(cycle)
             cycles += 1
-        cleaner_alive = all(thread.is_alive() for thread in cleaners)
+        cleaner_alive = session.cleaner.running and all(t.is_alive() for t in cleaners)
         collections = session.stats().cycle_collections
     monkeypatch.undo()
     assert cleaners, "the IN_BACKGROUND session started no eagersession-cleaner- thread"

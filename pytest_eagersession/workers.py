@@ -1,0 +1,130 @@
+"""Threads that run one job at a time and wait, parked, for the next: a session's cleaner thread.
+
+A test suite opens a session a test, each with its own cleaner thread. Starting a thread costs
+its starter a wait (``Thread.start()`` returns once the new thread has run: a third of a
+millisecond with both cores of a busy machine taken) and the thread its set-up, and ending it
+costs the closer a join of its teardown. A thread whose job ended parks instead, blocked on its
+own queue (it never wakes while parked), and the next job takes it: each job still has a thread
+to itself for as long as it runs. A parked thread holds nothing of its last job. At most
+``PARKED_MOST`` are kept; ``end_parked()`` ends them (the plugin calls it as the run ends).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+from collections.abc import Callable
+
+from pytest_eagersession.wakeups import run_promptly
+
+#: The most threads kept parked; a job that ends while as many wait lets its thread end.
+PARKED_MOST = 4
+#: The name of a parked thread (a running one bears its job's).
+PARKED_NAME = "eagersession-parked"
+
+_Work = tuple[Callable[[], None], threading.Event]
+
+
+class Job:
+    """A job given to a thread: ``join()`` waits for it to end, not for the thread to."""
+
+    __slots__ = ("_done", "thread")
+
+    def __init__(self, thread: threading.Thread, done: threading.Event) -> None:
+        self.thread = thread
+        """The thread that runs the job (parked, or another job's, once it ended)."""
+        self._done = done
+
+    @property
+    def running(self) -> bool:
+        """Whether the job has not ended yet."""
+        return not self._done.is_set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` seconds for the job to end; whether it did."""
+        return self._done.wait(timeout)
+
+
+class _Worker:
+    """One daemon thread serving the jobs put on its queue; ``None`` ends it."""
+
+    def __init__(self, name: str) -> None:
+        self.work: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
+
+    def _serve(self) -> None:
+        thread = self.thread
+        while True:
+            work = self.work.get()
+            if work is None:
+                return
+            target, done = work
+            del work
+            try:
+                target()
+            except SystemExit:
+                pass
+            except BaseException:
+                threading.excepthook(threading.ExceptHookArgs((*sys.exc_info(), thread)))
+            del target  # nothing of the job stays with the parked thread
+            thread.name = PARKED_NAME
+            parked = _park(self)
+            done.set()
+            if not parked:
+                return
+
+
+_lock = threading.Lock()
+_parked: list[_Worker] = []
+
+
+def start(name: str, target: Callable[[], None]) -> Job:
+    """Run ``target()`` on a parked thread, or on a new daemon thread, named ``name``."""
+    done = threading.Event()
+    with _lock:
+        worker = _parked.pop() if _parked else None
+    if worker is None:
+        worker = _Worker(name)
+        run_promptly(worker.thread.start)  # on busy cores, a start waits for two of them
+    else:
+        worker.thread.name = name
+    worker.work.put((target, done))
+    return Job(worker.thread, done)
+
+
+def parked_threads() -> list[threading.Thread]:
+    """The threads parked now."""
+    with _lock:
+        return [worker.thread for worker in _parked]
+
+
+def end_parked(timeout: float = 1.0) -> None:
+    """End the parked threads, waiting up to ``timeout`` seconds for each."""
+    with _lock:
+        ending = list(_parked)
+        _parked.clear()
+    for worker in ending:
+        worker.work.put(None)
+    for worker in ending:
+        worker.thread.join(timeout)
+
+
+def _park(worker: _Worker) -> bool:
+    with _lock:
+        if len(_parked) >= PARKED_MOST:
+            return False
+        _parked.append(worker)
+        return True
+
+
+def _forget_parked() -> None:
+    """In a forked child the parked threads do not exist: forget them."""
+    global _lock
+    _lock = threading.Lock()
+    _parked.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_parked)

@@ -1,0 +1,90 @@
+"""Threads that run one job and park for the next (``workers``), without TensorFlow."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+
+import pytest
+from support import wait_until
+
+from pytest_eagersession import workers
+
+
+@pytest.fixture(autouse=True)
+def no_parked_threads() -> Iterator[None]:
+    workers.end_parked()
+    yield
+    workers.end_parked()
+
+
+def test_a_job_runs_on_a_thread_named_for_it_and_its_thread_serves_the_next() -> None:
+    seen: list[tuple[str, threading.Thread]] = []
+    release = threading.Event()
+
+    def job() -> None:
+        seen.append((threading.current_thread().name, threading.current_thread()))
+        release.wait(10)
+
+    first = workers.start("first-job", job)
+    assert wait_until(lambda: len(seen) == 1)
+    assert first.running
+    assert not first.join(0.01)
+    release.set()
+    assert first.join(5)
+    assert not first.running
+    assert workers.parked_threads() == [first.thread]
+    assert first.thread.name == workers.PARKED_NAME
+    second = workers.start("second-job", job)
+    assert second.join(5)
+    assert seen == [("first-job", first.thread), ("second-job", first.thread)]
+    assert second.thread is first.thread
+
+
+def test_a_job_that_raises_is_reported_and_its_thread_still_parks(monkeypatch) -> None:
+    reported: list[threading.ExceptHookArgs] = []
+    monkeypatch.setattr(threading, "excepthook", reported.append)
+
+    def broken() -> None:
+        raise ValueError("broken job")
+
+    job = workers.start("broken-job", broken)
+    assert job.join(5)
+    assert [type(args.exc_value) for args in reported] == [ValueError]
+    assert reported[0].thread is job.thread
+    assert workers.parked_threads() == [job.thread]
+
+
+def test_end_parked_ends_the_parked_threads_and_a_later_job_starts_a_new_one() -> None:
+    job = workers.start("a-job", lambda: None)
+    assert job.join(5)
+    assert wait_until(lambda: workers.parked_threads() == [job.thread])
+    workers.end_parked()
+    assert not job.thread.is_alive()
+    later = workers.start("later-job", lambda: None)
+    assert later.join(5)
+    assert later.thread is not job.thread
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_child_forgets_the_threads_it_does_not_have() -> None:
+    job = workers.start("before-fork", lambda: None)
+    assert job.join(5)
+    assert workers.parked_threads() == [job.thread]
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no parked thread, and a job still runs
+        try:
+            ran = threading.Event()
+            child_job = workers.start("in-child", ran.set)
+            ok = not [t for t in workers.parked_threads() if t is job.thread]
+            ok = ok and child_job.join(5) and ran.is_set()
+            os.write(write, b"ok" if ok else b"no")
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 2)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert answer == b"ok"
