@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from typing import Any
 
 
 class ResidentMemory:
@@ -24,14 +25,21 @@ class ResidentMemory:
         self._pid = 0
         self._page = 0
         self._unavailable = not sys.platform.startswith("linux")
+        self._pread: Any = None
+        self._buffer: Any = None
 
     def read(self) -> int | None:
         """Resident bytes now, or None where they cannot be read cheaply."""
         if self._unavailable:
             return None
         try:
-            return int(os.pread(self._open(), 64, 0).split()[1]) * self._page
-        except (OSError, IndexError, ValueError):
+            fd = self._open()
+            buffer = self._buffer
+            count = self._pread(fd, buffer, len(buffer), 0)
+            if count <= 0:
+                raise OSError("no reading of /proc/self/statm")
+            return int(buffer.raw[:count].split()[1]) * self._page
+        except (OSError, IndexError, ValueError, AttributeError):
             self._unavailable = True
             return None
 
@@ -43,9 +51,26 @@ class ResidentMemory:
                     if self._fd is not None:  # the parent's file, in a child: its numbers
                         os.close(self._fd)
                     self._page = os.sysconf("SC_PAGE_SIZE")
+                    if self._pread is None:
+                        self._pread, self._buffer = _pread_holding_the_interpreter()
                     self._fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
                     self._pid = pid
         return self._fd
+
+
+def _pread_holding_the_interpreter() -> tuple[Any, Any]:
+    """The C library's ``pread``, called without releasing the interpreter, and a buffer.
+
+    ``os.pread`` lets other threads run while it reads; the cleaner thread then waits for the
+    interpreter again to go on, a second hand-over for a read of a microsecond. The buffer is
+    shared: nothing else runs Python while the call holds the interpreter.
+    """
+    import ctypes  # here, not at import: the plugin's import stays light
+
+    pread = ctypes.PyDLL(None, use_errno=True).pread
+    pread.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long)
+    pread.restype = ctypes.c_ssize_t
+    return pread, ctypes.create_string_buffer(64)
 
 
 #: The process's one reader (its file stays open for the life of the process).

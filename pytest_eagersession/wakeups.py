@@ -123,7 +123,9 @@ def _syscall() -> Any:
     """The C library's ``syscall()``, looked up once."""
     import ctypes
 
-    return ctypes.CDLL(None, use_errno=True).syscall
+    # Called holding the interpreter (PyDLL): the calls take microseconds, and releasing it
+    # would make the calling thread wait for it again, a hand-over between threads each time.
+    return ctypes.PyDLL(None, use_errno=True).syscall
 
 
 @functools.cache

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -139,3 +140,45 @@ def test_a_prompt_call_leaves_a_thread_under_another_policy_as_it_is() -> None:
         return run_promptly(lambda: "ran"), os.sched_getscheduler(me)
 
     assert in_a_thread(body) == ("ran", os.SCHED_BATCH)
+
+
+def seconds_beside_a_spinning_thread(call: Callable[[], object], times: int = 50) -> float:
+    """Seconds this thread took to make ``call()`` ``times`` times while another thread spins:
+    a call that releases the interpreter waits for it again, about a switch interval each."""
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    spinner = threading.Thread(target=spin, daemon=True)
+    spinner.start()
+    try:
+        started = time.perf_counter()
+        for _ in range(times):
+            call()
+        return time.perf_counter() - started
+    finally:
+        stop.set()
+        spinner.join()
+
+
+@linux_only
+def test_the_cleaners_system_calls_keep_the_interpreter() -> None:
+    """Reading the resident memory and the thread's slice take microseconds: releasing the
+    interpreter for them made a waking cleaner wait for it a second time."""
+    import ctypes
+
+    from pytest_eagersession import wakeups
+    from pytest_eagersession.resident import ResidentMemory
+
+    memory = ResidentMemory()
+    assert memory.read() is not None
+    # Both are the C library's functions called through ctypes.PyDLL, which keeps it.
+    assert memory._pread._flags_ & ctypes._FUNCFLAG_PYTHONAPI
+    assert wakeups._syscall()._flags_ & ctypes._FUNCFLAG_PYTHONAPI
+    # And so they run at once beside a thread that wants the interpreter (50 calls of a few
+    # microseconds; one that released it could wait a switch interval to get it back).
+    switch = sys.getswitchinterval()
+    assert seconds_beside_a_spinning_thread(memory.read) < 10 * switch
+    assert seconds_beside_a_spinning_thread(ask_for_prompt_wakeups) < 10 * switch
