@@ -179,9 +179,7 @@ class GarbageWatch:
                 young, middle = listed
                 now_middle, now_oldest = _generation_keys()
                 if now_oldest == oldest_key:
-                    self._middle, self._middle_key = (
-                        (middle, middle_key) if now_middle == middle_key else ([], None)
-                    )
+                    self._keep_middle(middle, middle_key, now_middle)
                     return self._older + middle + young
         listed = TRACKER.new_weakly_apart(owner, types, (0, 1, 2))
         if listed is None:
@@ -191,12 +189,20 @@ class GarbageWatch:
         now_middle, now_oldest = _generation_keys()
         if oldest_key is not None and now_oldest == oldest_key:
             self._older, self._older_key = older, oldest_key
-            self._middle, self._middle_key = (
-                (middle, middle_key) if now_middle == middle_key else ([], None)
-            )
+            self._keep_middle(middle, middle_key, now_middle)
         else:
             self._forget_listings()
         return young + middle + older
+
+    def _keep_middle(
+        self,
+        middle: list[weakref.ref[Any]],
+        key: tuple[int, ...] | None,
+        now: tuple[int, ...] | None,
+    ) -> None:
+        """Keep the middle generation's listing for the next looks, unless a collection moved
+        objects into it while it was listed (its key changed)."""
+        self._middle, self._middle_key = (middle, key) if now == key else ([], None)
 
     def _forget_listings(self) -> None:
         self._older, self._older_key = [], None
