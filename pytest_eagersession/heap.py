@@ -84,8 +84,7 @@ def of_types_weakly_apart(
             steps.append((_MARKER,))
         steps.append(_weak_selection(types, (generation,)))
     items = _in_one_call(itertools.chain.from_iterable(steps))
-    # One pass, in C: a weak reference compared with the marker is told apart by identity
-    # (neither defines equality with the other), so no referent's __eq__ runs.
+    # list.index is C; a weak reference and the marker compare by identity (no __eq__ runs).
     apart: list[list[weakref.ref[Any]]] = []
     start = 0
     for _ in range(len(generations) - 1):
