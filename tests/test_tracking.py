@@ -981,22 +981,20 @@ def test_a_looks_cost_is_its_cpu_time_not_its_wait_for_the_interpreter(
         assert watch.listing_seconds < 0.005  # 10 ms of wall time each
 
 
-def test_a_quiet_cleaner_reads_the_resident_memory_and_lists_when_it_grows(
-    make_session, monkeypatch
-) -> None:
-    """Once the bytes stay still, most wakes read the process's resident memory alone (a
-    listing of a large heap costs far more); memory that grows brings a listing at once."""
+def count_reads_and_looks(
+    session: EagerSession, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[int], list[int]]:
+    """Lists that grow as ``session``'s cleaner reads the resident memory (one item a read)
+    and looks (each look's item: the reads made before it)."""
     from pytest_eagersession import resident
 
-    monkeypatch.setattr(cleaner, "LOOK_INTERVAL_S", (0.001, 0.002))
-    monkeypatch.setattr(cleaner, "QUIET_S", 0.01)
     reads: list[int] = []
     looks: list[int] = []
-    session = make_session(IN_BACKGROUND, track_creation=False)
     real_read, real_look = resident.ResidentMemory.read, GarbageWatch.look
 
     def read(memory: Any) -> int | None:
-        reads.append(1)
+        if session.cleaner is not None and threading.current_thread() is session.cleaner.thread:
+            reads.append(1)
         return real_read(memory)
 
     def look(watch: GarbageWatch) -> int:
@@ -1006,11 +1004,29 @@ def test_a_quiet_cleaner_reads_the_resident_memory_and_lists_when_it_grows(
 
     monkeypatch.setattr(resident.ResidentMemory, "read", read)
     monkeypatch.setattr(GarbageWatch, "look", look)
+    return reads, looks
+
+
+def grown_resident_memory() -> bytearray:
+    """64 MiB made resident: zeros from the kernel, touched page by page."""
+    grown = bytearray(64 * MIB)
+    grown[::4096] = b"\x01" * len(grown[::4096])
+    return grown
+
+
+def test_a_quiet_cleaner_reads_the_resident_memory_and_lists_when_it_grows(
+    make_session, monkeypatch
+) -> None:
+    """Once the bytes stay still, most wakes read the process's resident memory alone (a
+    listing of a large heap costs far more); memory that grows brings a listing at once."""
+    monkeypatch.setattr(cleaner, "LOOK_INTERVAL_S", (0.001, 0.002))
+    monkeypatch.setattr(cleaner, "QUIET_S", 0.01)
+    session = make_session(IN_BACKGROUND, track_creation=False)
+    reads, looks = count_reads_and_looks(session, monkeypatch)
     with session:
         time.sleep(0.4)  # still: about 200 wakes, one look in QUIET_SKIPS + 1 (8) of them
         quiet_looks, quiet_reads = len(looks), len(reads)
-        grown = bytearray(64 * MIB)  # zeros from the kernel: touched page by page below
-        grown[::4096] = b"\x01" * len(grown[::4096])
+        grown = grown_resident_memory()
         assert wait_for(lambda: len(looks) > quiet_looks and looks[-1] <= quiet_reads + 2)
     assert quiet_reads > 50
     assert 4 * quiet_looks <= quiet_reads  # most wakes listed nothing
@@ -1022,31 +1038,13 @@ def test_a_session_starts_quiet_and_lists_at_once_when_memory_grows(
 ) -> None:
     """From its first wake a session's cleaner reads the resident memory and lists only one wake
     in ``QUIET_SKIPS + 1``; memory that grows from the start is listed at the next wake."""
-    from pytest_eagersession import resident
-
     monkeypatch.setattr(cleaner, "LOOK_INTERVAL_S", (0.001, 0.001))
-    reads: list[int] = []
-    looks: list[int] = []
     session = make_session(IN_BACKGROUND, track_creation=False)
-    real_read, real_look = resident.ResidentMemory.read, GarbageWatch.look
-
-    def read(memory: Any) -> int | None:
-        if threading.current_thread() is session.cleaner.thread:
-            reads.append(1)
-        return real_read(memory)
-
-    def look(watch: GarbageWatch) -> int:
-        if watch is session._watch:
-            looks.append(len(reads))
-        return real_look(watch)
-
-    monkeypatch.setattr(resident.ResidentMemory, "read", read)
-    monkeypatch.setattr(GarbageWatch, "look", look)
+    reads, looks = count_reads_and_looks(session, monkeypatch)
     with session:
         assert wait_for(lambda: len(reads) >= 3 * (cleaner.QUIET_SKIPS + 1))
         first_reads, first_looks = len(reads), len(looks)
-        grown = bytearray(64 * MIB)
-        grown[::4096] = b"\x01" * len(grown[::4096])
+        grown = grown_resident_memory()
         assert wait_for(lambda: len(looks) > first_looks and looks[-1] <= first_reads + 2)
     # Listing at every wake through the first QUIET_S would have been a look a read.
     assert first_looks <= first_reads // (cleaner.QUIET_SKIPS + 1) + 1
