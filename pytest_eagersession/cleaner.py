@@ -41,6 +41,9 @@ CLEANER_JOIN_TIMEOUT_S = 5.0
 LOOK_INTERVAL_S = (0.0005, 0.008)
 #: Seconds without growth after which a cleaner's looks back off towards the longest wait.
 QUIET_S = 0.05
+#: A cleaner's first wait when its session starts or resumes, quiet: most tests take a
+#: millisecond or two, and each wake costs the test's thread a hand-over of the interpreter.
+QUIET_START_S = 0.002
 #: Listing what a session made may take at most one part in this many of its cleaner's time.
 LOOK_DUTY = 10
 #: While quiet, the most wakes in a row at which a cleaner reads the process's resident memory
@@ -287,7 +290,8 @@ def _generation_keys() -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
 
 
 class Cleaner:
-    """The background thread of one session, running from its start to ``stop()``.
+    """The background thread of one session, running from the session's first activation (or
+    first registered reference) to ``stop()``.
 
     The thread is its own while it runs; a parked one is reused (``workers``), since starting a
     thread a test cost as much as the rest of a small test's session.
@@ -303,7 +307,8 @@ class Cleaner:
     and listing them at every wake cost Sonnet's suite several percent of its time. A session
     starts quiet (when it opens and each time it becomes the owner again): most tests make
     little, and listing through each one's first ``QUIET_S`` was two thirds of the looks in
-    Sonnet's suite; memory that grows from the start brings a listing at the first wake. (Resident
+    Sonnet's suite; memory that grows from the start brings a listing at the first wake, which
+    comes ``QUIET_START_S`` after the start (so a test of a millisecond is not woken). (Resident
     memory alone would miss garbage that fills memory freed before: a loop's own, once its
     first collection freed it.) It asks the kernel for short time slices as it starts
     (``wakeups``): on a busy machine a woken thread may otherwise wait milliseconds for a core;
@@ -314,34 +319,67 @@ class Cleaner:
         self._owner = owner
         self._references = references
         self._watch = watch
+        self._lock = threading.Lock()
+        self._job: workers.Job | None = None
+        self._stopped = False
         self.prompt_wakeups = False
         """Whether the kernel accepted the thread's request for short slices (``wakeups``)."""
-        self._job = workers.start(f"eagersession-cleaner-{id(owner):x}", self._run)
-        self.thread = self._job.thread
-        """The daemon thread that runs it (parked once it stopped, for the next cleaner)."""
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The daemon thread that runs it: None until it starts, parked once it stopped."""
+        job = self._job
+        return job.thread if job is not None else None
 
     @property
     def running(self) -> bool:
-        """Whether the thread has not stopped this cleaner yet."""
-        return self._job.running
+        """Whether it started and the thread has not stopped it yet."""
+        job = self._job
+        return job is not None and job.running
+
+    def start(self) -> None:
+        """Start the thread, unless it started or was asked to stop already.
+
+        The session starts it when it is first activated or first registers a reference, not
+        when it is built: started with the session's activation, it starts watching at once,
+        one hand-over of the interpreter to the thread instead of two (start, then a wake).
+        """
+        self._start()
 
     def wake(self) -> None:
         """Watch afresh: the session became the owner of new objects (activated, or resumed)."""
-        self._references.garbage_queue.put(WAKE)
+        if not self._start():  # a thread that starts now watches afresh already
+            self._references.garbage_queue.put(WAKE)
 
     def request_stop(self) -> None:
         """Ask the thread to end once it has deleted what is queued before."""
+        with self._lock:
+            self._stopped = True
         self._references.garbage_queue.put(STOP)
 
     def join(self) -> None:
         """Wait for the cleaner to stop (not from its thread), ``CLEANER_JOIN_TIMEOUT_S``."""
-        if self.thread is not threading.current_thread():
-            self._job.join(CLEANER_JOIN_TIMEOUT_S)
+        job = self._job
+        if job is not None and job.thread is not threading.current_thread():
+            job.join(CLEANER_JOIN_TIMEOUT_S)
 
     def stop(self) -> None:
         """Stop the thread and wait for it."""
         self.request_stop()
         self.join()
+
+    def _start(self) -> bool:
+        """Start the thread unless it started already: whether a wake is needless now (the
+        thread starts now, or it was asked to stop)."""
+        if self._job is not None:
+            return False
+        with self._lock:
+            if self._stopped:
+                return True
+            if self._job is None:
+                self._job = workers.start(f"eagersession-cleaner-{id(self._owner):x}", self._run)
+                return True
+        return False
 
     def _run(self) -> None:
         self.prompt_wakeups = ask_for_prompt_wakeups()
@@ -349,7 +387,7 @@ class Cleaner:
         garbage = references.garbage_queue
         watch = self._watch
         shortest, longest = LOOK_INTERVAL_S
-        interval = shortest
+        interval = QUIET_START_S
         grew_at = float("-inf")  # nothing grew yet: the looks back off until something does
         skipped = 0  # wakes in a row that read the resident memory alone
         # The bytes, and since when they stay so: a session starts quiet, so that a test that
@@ -381,7 +419,7 @@ class Cleaner:
             if item is STOP:
                 return
             if item is WAKE:
-                interval, grew_at = shortest, float("-inf")
+                interval, grew_at = QUIET_START_S, float("-inf")
                 still_at, still_since = 0, float("-inf")
                 continue
             failures: list[str] = []

@@ -169,7 +169,7 @@ class EagerSession:
         settings = options.settings
         self._settings = settings
         self._strategy = settings.resource_cleanup_strategy
-        self._references = ReferenceRegistry(garbage_queue)
+        self._references = ReferenceRegistry(garbage_queue, on_register=self._start_cleaner)
         self._lock = threading.Lock()
         self._closed = False
         self._closing_thread: int | None = None
@@ -223,6 +223,7 @@ class EagerSession:
         session = options.build()
         session._is_default = True
         TRACKER.set_fallback(session)
+        session.resume()  # it owns what is made outside sessions from now on: watch it
         return session
 
     # ----------------------------------------------------------------- properties
@@ -314,6 +315,11 @@ class EagerSession:
         """Raise ``SessionClosedError`` once the session is closed."""
         if self._closed:
             raise SessionClosedError()
+
+    def _start_cleaner(self) -> None:
+        """A reference joined: the cleaner's thread must run to delete it once it dies."""
+        if self._cleaner is not None:
+            self._cleaner.start()
 
     def resume(self) -> None:
         """It owns new objects again (a session activated inside it ended): watch afresh.

@@ -250,17 +250,25 @@ def test_close_deletes_references_whose_referent_is_alive(make_session, strategy
     assert referent is not None
 
 
-def test_in_background_has_a_daemon_thread_of_its_own_until_close_parks_it() -> None:
+def test_in_background_has_a_daemon_thread_of_its_own_from_first_use_until_close_parks_it() -> None:
     from pytest_eagersession import workers
 
     workers.end_parked()
     before = set(threading.enumerate())
     session = EagerSession.create()
     other = EagerSession.create()
-    started = [thread for thread in threading.enumerate() if thread not in before]
     assert session.cleaner is not None
     assert other.cleaner is not None
+    assert set(threading.enumerate()) == before  # built, not used: no thread yet
+    assert (session.cleaner.thread, other.cleaner.thread) == (None, None)
+    assert not session.cleaner.running
+    session.activate()  # the first activation starts it
+    session.deactivate()
+    referent = Referent()
+    CountingReference(other, referent)  # and so does the first reference registered
+    started = [thread for thread in threading.enumerate() if thread not in before]
     thread = session.cleaner.thread
+    assert thread is not None
     assert sorted(started, key=id) == sorted([thread, other.cleaner.thread], key=id)
     assert thread.daemon
     assert thread.name == f"eagersession-cleaner-{id(session):x}"
@@ -272,15 +280,29 @@ def test_in_background_has_a_daemon_thread_of_its_own_until_close_parks_it() -> 
     assert workers.parked_threads() == [thread]
     again = EagerSession.create()  # a new session takes the parked thread: no thread started
     assert again.cleaner is not None
-    assert again.cleaner.thread is thread
-    assert thread.name == f"eagersession-cleaner-{id(again):x}"
-    assert workers.parked_threads() == []
+    with again:
+        assert again.cleaner.thread is thread
+        assert thread.name == f"eagersession-cleaner-{id(again):x}"
+        assert workers.parked_threads() == []
     assert set(threading.enumerate()) - before == set(started)
-    again.close()
     other.close()
     workers.end_parked()
     assert not thread.is_alive()
     assert workers.parked_threads() == []
+
+
+def test_a_session_closed_unused_never_starts_its_thread() -> None:
+    from pytest_eagersession import workers
+
+    workers.end_parked()
+    before = set(threading.enumerate())
+    session = EagerSession.create()
+    session.close()
+    assert session.cleaner is not None
+    session.cleaner.wake()  # late: a stopped cleaner starts no thread
+    session.cleaner.start()
+    assert session.cleaner.thread is None
+    assert set(threading.enumerate()) == before
 
 
 def test_a_parked_thread_keeps_nothing_of_its_session_and_parking_is_bounded() -> None:
@@ -291,7 +313,12 @@ def test_a_parked_thread_keeps_nothing_of_its_session_and_parking_is_bounded() -
 
     workers.end_parked()
     sessions = [EagerSession.create() for _ in range(workers.PARKED_MOST + 2)]
+    for session in sessions:
+        session.activate()
+    for session in reversed(sessions):
+        session.deactivate()
     threads = [session.cleaner.thread for session in sessions if session.cleaner is not None]
+    assert None not in threads
     refs = [weakref.ref(session) for session in sessions]
     for session in sessions:
         session.close()
@@ -299,9 +326,9 @@ def test_a_parked_thread_keeps_nothing_of_its_session_and_parking_is_bounded() -
     gc.collect()
     assert [ref() for ref in refs] == [None] * len(refs)
     assert len(workers.parked_threads()) == workers.PARKED_MOST
-    assert wait_until(lambda: sum(t.is_alive() for t in threads) == workers.PARKED_MOST)
+    assert wait_until(lambda: sum(t.is_alive() for t in threads if t) == workers.PARKED_MOST)
     workers.end_parked()
-    assert not any(t.is_alive() for t in threads)
+    assert not any(t.is_alive() for t in threads if t)
 
 
 @pytest.mark.parametrize("strategy", [ON_SAFE_POINTS, ON_SESSION_CLOSE])
