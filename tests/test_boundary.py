@@ -176,8 +176,38 @@ def test_the_heap_is_collected_whole_once_it_grew_by_a_quarter(
         inner2 = EagerSession.options().resource_cleanup_strategy(ON_SESSION_CLOSE).build()
         with inner2:
             pass
+        assert old() is not None  # weighed only after young collections: the heap was idle
+        for _ in range(heap.COMPACTION_CHECK_EVERY):
+            gc.collect(0)
+        inner3 = EagerSession.options().resource_cleanup_strategy(ON_SESSION_CLOSE).build()
+        with inner3:
+            pass
         assert old() is None
         assert BOUNDARY.drawn
+
+
+def test_the_heap_size_is_read_only_as_often_as_the_interpreter_weighs_its_oldest_generation(
+    session: EagerSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counting the allocated blocks walks the whole heap: a session that ends after a few ops
+    does not pay for it; one that made a few thousand containers does."""
+    reads: list[int] = []
+    count = sys.getallocatedblocks
+    monkeypatch.setattr(heap.sys, "getallocatedblocks", lambda: reads.append(1) or count())
+    with session:
+        for _ in range(heap.COMPACTION_CHECK_EVERY):
+            gc.collect(0)
+        BOUNDARY.compaction_due()
+        assert reads == [1]
+        for _ in range(20):
+            inner = EagerSession.options().resource_cleanup_strategy(ON_SESSION_CLOSE).build()
+            with inner:
+                tf.constant([1.0]) + 1.0
+        assert len(reads) == 1  # 20 small sessions ended: no young collection enough to read
+        for _ in range(heap.COMPACTION_CHECK_EVERY):
+            gc.collect(0)
+        BOUNDARY.compaction_due()
+        assert len(reads) == 2
 
 
 def test_objects_made_by_threads_while_the_line_moves_are_all_attributed() -> None:
