@@ -35,7 +35,7 @@ from pytest_eagersession.wakeups import ask_for_prompt_wakeups
 
 #: Bytes the tensors and variables a session made may grow by before their cycles are collected.
 CYCLE_BYTES_THRESHOLD = 8 * 1024 * 1024
-#: How long stopping waits for the cleaner thread to end.
+#: How long stopping waits for what the cleaner is doing (a look, or a deleter) to end.
 CLEANER_JOIN_TIMEOUT_S = 5.0
 #: The shortest and the longest wait of a cleaner between two looks (shortest while bytes grow).
 LOOK_INTERVAL_S = (0.0005, 0.008)
@@ -271,6 +271,8 @@ class GarbageWatch:
             self.listing_seconds = time.thread_time() - started
 
 
+#: What a cleaner's wait returns when its time ran out (no item came).
+_TIMED_OUT = object()
 _REF = operator.itemgetter(0)
 _SIZE = operator.itemgetter(1)
 _REFERENT = weakref.ref.__call__
@@ -320,6 +322,7 @@ class Cleaner:
         self._references = references
         self._watch = watch
         self._lock = threading.Lock()
+        self._busy = threading.RLock()  # held by the thread while it acts (a deleter may close)
         self._job: workers.Job | None = None
         self._stopped = False
         self.prompt_wakeups = False
@@ -333,9 +336,8 @@ class Cleaner:
 
     @property
     def running(self) -> bool:
-        """Whether it started and the thread has not stopped it yet."""
-        job = self._job
-        return job is not None and job.running
+        """Whether it started and was not asked to stop."""
+        return self._job is not None and not self._stopped
 
     def start(self) -> None:
         """Start the thread, unless it started or was asked to stop already.
@@ -352,19 +354,24 @@ class Cleaner:
             self._references.garbage_queue.put(WAKE)
 
     def request_stop(self) -> None:
-        """Ask the thread to end once it has deleted what is queued before."""
+        """Stop it: it starts nothing more (a look, or a deleter: what is queued is left to
+        the session's close), and its thread parks without anyone waiting for it."""
         with self._lock:
             self._stopped = True
-        self._references.garbage_queue.put(STOP)
+        self._references.garbage_queue.put(STOP)  # so that the thread leaves the session
+        job = self._job
+        if job is not None:
+            job.release()
 
     def join(self) -> None:
-        """Wait for the cleaner to stop (not from its thread), ``CLEANER_JOIN_TIMEOUT_S``."""
-        job = self._job
-        if job is not None and job.thread is not threading.current_thread():
-            job.join(CLEANER_JOIN_TIMEOUT_S)
+        """Wait, up to ``CLEANER_JOIN_TIMEOUT_S``, until what it is doing now (a look, or a
+        deleter) is done: once it was asked to stop, it then does nothing more. Not the thread's
+        end, which no one waits for: it parks for the next session (``workers``)."""
+        if self._busy.acquire(timeout=CLEANER_JOIN_TIMEOUT_S):
+            self._busy.release()
 
     def stop(self) -> None:
-        """Stop the thread and wait for it."""
+        """Stop it and wait until it does nothing more."""
         self.request_stop()
         self.join()
 
@@ -399,33 +406,37 @@ class Cleaner:
             try:
                 item = garbage.get(timeout=interval) if watching else garbage.get()
             except queue.Empty:
-                now = time.monotonic()
-                step = watch.threshold // 16
-                if now - still_since >= QUIET_S and skipped < QUIET_SKIPS:
-                    resident = RESIDENT.read()
-                    if resident is not None and resident - resident_at < step:
-                        skipped += 1
-                        interval = max(interval, min(2 * interval, longest))
-                        continue
-                skipped, resident_at = 0, RESIDENT.read() or 0
-                grown = watch.look()
-                if grown >= step:
-                    grew_at = now
-                if grown >= step // 8 or abs(watch.bytes_seen - still_at) >= step // 8:
-                    still_at, still_since = watch.bytes_seen, now
-                interval = shortest if now - grew_at < QUIET_S else min(2 * interval, longest)
-                interval = max(interval, LOOK_DUTY * watch.listing_seconds)
-                continue
-            if item is STOP:
-                return
-            if item is WAKE:
-                interval, grew_at = QUIET_START_S, float("-inf")
-                still_at, still_since = 0, float("-inf")
-                continue
-            failures: list[str] = []
-            if references.delete(item, failures):
-                references.count_run()
-            # A warning filter set to "error" would raise here; nobody could catch it in
-            # this thread, and the count in stats() already records the failure.
-            with contextlib.suppress(Exception):
-                report_failures(failures)
+                item = _TIMED_OUT
+            with self._busy:
+                if self._stopped or item is STOP:
+                    return
+                if item is _TIMED_OUT:
+                    now = time.monotonic()
+                    step = watch.threshold // 16
+                    if now - still_since >= QUIET_S and skipped < QUIET_SKIPS:
+                        resident = RESIDENT.read()
+                        if resident is not None and resident - resident_at < step:
+                            skipped += 1
+                            interval = max(interval, min(2 * interval, longest))
+                            continue
+                    skipped, resident_at = 0, RESIDENT.read() or 0
+                    grown = watch.look()
+                    if grown >= step:
+                        grew_at = now
+                    if grown >= step // 8 or abs(watch.bytes_seen - still_at) >= step // 8:
+                        still_at, still_since = watch.bytes_seen, now
+                    interval = shortest if now - grew_at < QUIET_S else min(2 * interval, longest)
+                    interval = max(interval, LOOK_DUTY * watch.listing_seconds)
+                    continue
+                if item is WAKE:
+                    interval, grew_at = QUIET_START_S, float("-inf")
+                    still_at, still_since = 0, float("-inf")
+                    continue
+                failures: list[str] = []
+                if references.delete(item, failures):
+                    references.count_run()
+                item = _TIMED_OUT  # the reference is not kept while the thread waits
+                # A warning filter set to "error" would raise here; nobody could catch it in
+                # this thread, and the count in stats() already records the failure.
+                with contextlib.suppress(Exception):
+                    report_failures(failures)

@@ -126,12 +126,16 @@ class ReferenceRegistry:
             return list(self._references.values())
 
     def discard_queue(self) -> None:
-        """Empty the garbage queue without deleting (close deleted everything already)."""
+        """Empty the garbage queue without deleting (close deleted everything already); a
+        ``STOP`` stays, for a cleaner thread that has not read it yet."""
+        stopped = False
         while True:
             try:
-                self.garbage_queue.get(block=False)
+                stopped = self.garbage_queue.get(block=False) is STOP or stopped
             except queue.Empty:
-                return
+                break
+        if stopped:
+            self.garbage_queue.put(STOP)
 
     def pending(self) -> int:
         """How many items wait in the garbage queue (0 when the queue does not say)."""

@@ -7,6 +7,10 @@ costs the closer a join of its teardown. A thread whose job ended parks instead,
 own queue (it never wakes while parked), and the next job takes it: each job still has a thread
 to itself for as long as it runs. A parked thread holds nothing of its last job. At most
 ``PARKED_MOST`` are kept; ``end_parked()`` ends them (the plugin calls it as the run ends).
+
+A starter that told its job to end need not wait for it: ``Job.release()`` parks the thread at
+once, and a job given to it next runs when the last one has returned (a closed session's cleaner
+leaves at its next wake; the next session's start need not wait for that, nor start a thread).
 """
 
 from __future__ import annotations
@@ -24,18 +28,18 @@ PARKED_MOST = 4
 #: The name of a parked thread (a running one bears its job's).
 PARKED_NAME = "eagersession-parked"
 
-_Work = tuple[Callable[[], None], threading.Event]
-
 
 class Job:
     """A job given to a thread: ``join()`` waits for it to end, not for the thread to."""
 
-    __slots__ = ("_done", "thread")
+    __slots__ = ("_done", "_released", "_worker", "thread")
 
-    def __init__(self, thread: threading.Thread, done: threading.Event) -> None:
-        self.thread = thread
+    def __init__(self, worker: _Worker) -> None:
+        self._worker = worker
+        self.thread = worker.thread
         """The thread that runs the job (parked, or another job's, once it ended)."""
-        self._done = done
+        self._done = threading.Event()
+        self._released: bool | None = None  # parked by ``release`` (False: there was no room)
 
     @property
     def running(self) -> bool:
@@ -45,6 +49,18 @@ class Job:
     def join(self, timeout: float | None = None) -> bool:
         """Wait up to ``timeout`` seconds for the job to end; whether it did."""
         return self._done.wait(timeout)
+
+    def release(self) -> None:
+        """Park the thread now, without waiting for the job to end: the job was told to end,
+        and nothing it still does matters to its starter. A job given to the thread next runs
+        once this one ended."""
+        with _lock:
+            if self._released is None and not self._done.is_set():
+                self.thread.name = PARKED_NAME
+                self._released = _park(self._worker)
+
+
+_Work = tuple[Callable[[], None], Job]
 
 
 class _Worker:
@@ -60,7 +76,7 @@ class _Worker:
             work = self.work.get()
             if work is None:
                 return
-            target, done = work
+            target, job = work
             del work
             try:
                 target()
@@ -69,9 +85,13 @@ class _Worker:
             except BaseException:
                 threading.excepthook(threading.ExceptHookArgs((*sys.exc_info(), thread)))
             del target  # nothing of the job stays with the parked thread
-            thread.name = PARKED_NAME
-            parked = _park(self)
-            done.set()
+            with _lock:
+                parked = job._released
+                if parked is None:
+                    thread.name = PARKED_NAME
+                    parked = _park(self)
+                job._done.set()
+            del job
             if not parked:
                 return
 
@@ -82,16 +102,16 @@ _parked: list[_Worker] = []
 
 def start(name: str, target: Callable[[], None]) -> Job:
     """Run ``target()`` on a parked thread, or on a new daemon thread, named ``name``."""
-    done = threading.Event()
     with _lock:
         worker = _parked.pop() if _parked else None
+        if worker is not None:
+            worker.thread.name = name
     if worker is None:
         worker = _Worker(name)
         run_promptly(worker.thread.start)  # on busy cores, a start waits for two of them
-    else:
-        worker.thread.name = name
-    worker.work.put((target, done))
-    return Job(worker.thread, done)
+    job = Job(worker)
+    worker.work.put((target, job))
+    return job
 
 
 def parked_threads() -> list[threading.Thread]:
@@ -112,11 +132,11 @@ def end_parked(timeout: float = 1.0) -> None:
 
 
 def _park(worker: _Worker) -> bool:
-    with _lock:
-        if len(_parked) >= PARKED_MOST:
-            return False
-        _parked.append(worker)
-        return True
+    """Park ``worker`` if there is room (``_lock`` held): whether it parked."""
+    if len(_parked) >= PARKED_MOST:
+        return False
+    _parked.append(worker)
+    return True
 
 
 def _forget_parked() -> None:

@@ -203,6 +203,7 @@ def test_referent_death_only_enqueues(make_session, strategy) -> None:
     if strategy is IN_BACKGROUND:
         assert session.cleaner is not None
         session.cleaner.stop()  # hold the cleaner so the queue can be seen
+        assert wait_until(lambda: session.stats().pending == 0)  # its thread read the stop
     del referent
     assert not reference.deleted
     assert session.stats().pending == 1
@@ -276,8 +277,8 @@ def test_in_background_has_a_daemon_thread_of_its_own_from_first_use_until_close
     assert not session.cleaner.running
     assert other.cleaner.running  # the other session's thread is still its own
     assert thread.is_alive()
+    assert wait_until(lambda: workers.parked_threads() == [thread])
     assert thread.name == workers.PARKED_NAME
-    assert workers.parked_threads() == [thread]
     again = EagerSession.create()  # a new session takes the parked thread: no thread started
     assert again.cleaner is not None
     with again:
@@ -289,6 +290,37 @@ def test_in_background_has_a_daemon_thread_of_its_own_from_first_use_until_close
     workers.end_parked()
     assert not thread.is_alive()
     assert workers.parked_threads() == []
+
+
+def test_close_waits_for_the_deleter_under_way_and_deletes_what_is_queued_itself() -> None:
+    """Close waits for what its cleaner is doing (a deleter), not for its thread to leave; the
+    cleaner deletes nothing more: what is queued behind is the close's."""
+    session = EagerSession.create()
+    inside, go = threading.Event(), threading.Event()
+    ran: list[tuple[str, threading.Thread]] = []
+
+    def slow() -> None:
+        ran.append(("slow", threading.current_thread()))
+        inside.set()
+        go.wait(10)
+
+    first, second = Referent(), Referent()
+    session.attach(first, slow)
+    session.attach(second, lambda: ran.append(("queued", threading.current_thread())))
+    del first
+    assert inside.wait(5)  # the cleaner's thread is inside the first deleter
+    del second  # queued behind it
+    timer = threading.Timer(0.2, go.set)
+    timer.start()
+    started = time.monotonic()
+    session.close()
+    waited = time.monotonic() - started
+    timer.join()
+    assert waited >= 0.15
+    assert [(name, thread is threading.current_thread()) for name, thread in ran] == [
+        ("slow", False),
+        ("queued", True),
+    ]
 
 
 def test_a_session_closed_unused_never_starts_its_thread() -> None:
@@ -323,8 +355,8 @@ def test_a_parked_thread_keeps_nothing_of_its_session_and_parking_is_bounded() -
     for session in sessions:
         session.close()
     del sessions, session
-    gc.collect()
-    assert [ref() for ref in refs] == [None] * len(refs)
+    # Each thread leaves its closed session at its next wake, which close does not wait for.
+    assert wait_until(lambda: gc.collect() >= 0 and [ref() for ref in refs] == [None] * len(refs))
     assert len(workers.parked_threads()) == workers.PARKED_MOST
     assert wait_until(lambda: sum(t.is_alive() for t in threads if t) == workers.PARKED_MOST)
     workers.end_parked()

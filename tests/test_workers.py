@@ -44,6 +44,47 @@ def test_a_job_runs_on_a_thread_named_for_it_and_its_thread_serves_the_next() ->
     assert second.thread is first.thread
 
 
+def test_a_released_job_parks_its_thread_at_once_and_the_next_job_runs_after_it() -> None:
+    order: list[str] = []
+    release = threading.Event()
+    started = threading.Event()
+
+    def ending() -> None:
+        started.set()
+        release.wait(10)
+        order.append("ending")
+
+    first = workers.start("ending-job", ending)
+    assert started.wait(5)
+    first.release()
+    assert first.running  # still running: nobody waited for it
+    assert workers.parked_threads() == [first.thread]
+    assert first.thread.name == workers.PARKED_NAME
+    before = set(threading.enumerate())
+    second = workers.start("next-job", lambda: order.append("next"))
+    assert second.thread is first.thread  # taken from the park, no thread started
+    assert workers.parked_threads() == []
+    assert not second.join(0.05)  # it waits for the first job to return
+    release.set()
+    assert second.join(5)
+    assert order == ["ending", "next"]
+    assert set(threading.enumerate()) == before
+    assert workers.parked_threads() == [first.thread]  # parked once, not twice
+    first.release()  # ended: releasing it again parks nothing
+    assert workers.parked_threads() == [first.thread]
+
+
+def test_a_released_job_without_room_to_park_ends_its_thread(monkeypatch) -> None:
+    monkeypatch.setattr(workers, "PARKED_MOST", 0)
+    release = threading.Event()
+    job = workers.start("no-room", lambda: release.wait(10) and None)
+    job.release()
+    assert workers.parked_threads() == []
+    release.set()
+    assert job.join(5)
+    assert wait_until(lambda: not job.thread.is_alive())
+
+
 def test_a_job_that_raises_is_reported_and_its_thread_still_parks(monkeypatch) -> None:
     reported: list[threading.ExceptHookArgs] = []
     monkeypatch.setattr(threading, "excepthook", reported.append)
