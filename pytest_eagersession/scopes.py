@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from pytest_eagersession import workers
 from pytest_eagersession.session import EagerSession, SessionOptions
 from pytest_eagersession.settings import LeakMode, Settings, SettingsError, TestPolicy, policy_for
 from pytest_eagersession.verdicts import judge
@@ -77,10 +78,15 @@ class ScopeSessions:
         finally:
             session.deactivate()
         # What the value reaches belongs to the scope, and so does what a thread that the
-        # fixture started (a monitor, a prefetcher) keeps in its frames.
+        # fixture started (a monitor, a prefetcher) keeps in its frames; not a cleaner's thread
+        # (the scope's own session starts one as it is first activated, here).
         # That thread may have ended by the time the scope's survivors are handed over: the
         # globals its code names (the buffer it fills) are kept, as names, from now.
-        started = [thread for thread in threading.enumerate() if thread not in threads_before]
+        started = [
+            thread
+            for thread in threading.enumerate()
+            if thread not in threads_before and not workers.is_worker(thread)
+        ]
         key = _scope_key(request.node, scope)
         values = self._values.setdefault(key, [])
         values.append(value)

@@ -19,6 +19,7 @@ import os
 import queue
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 
 from pytest_eagersession.wakeups import run_promptly
@@ -69,6 +70,7 @@ class _Worker:
     def __init__(self, name: str) -> None:
         self.work: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        _threads.add(self.thread)
 
     def _serve(self) -> None:
         thread = self.thread
@@ -98,6 +100,12 @@ class _Worker:
 
 _lock = threading.Lock()
 _parked: list[_Worker] = []
+_threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()  # every worker's
+
+
+def is_worker(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is one of ours (running a job, or parked): not the code's."""
+    return thread in _threads
 
 
 def start(name: str, target: Callable[[], None]) -> Job:

@@ -395,7 +395,11 @@ def test_the_plugin_leaves_no_thread_of_its_own(pytester: pytest.Pytester, carel
     The careless variant leaves a session of its own open: the same checks must catch it.
     """
     pytester.makeconftest(HYGIENE_CONFTEST)
-    careless_code = "_KEPT.append(EagerSession.create())" if careless else "pass"
+    careless_code = (  # a session used (its cleaner's thread runs from its first activation)
+        "_KEPT.append(EagerSession.create().activate()); _KEPT[-1].deactivate()"
+        if careless
+        else "pass"
+    )
     pytester.makepyfile(
         test_a_suite=HYGIENE_TESTS.format(careless=careless_code),
         test_z_last=HYGIENE_LAST,

@@ -85,6 +85,18 @@ def test_a_released_job_without_room_to_park_ends_its_thread(monkeypatch) -> Non
     assert wait_until(lambda: not job.thread.is_alive())
 
 
+def test_a_workers_thread_is_known_as_ours_running_or_parked() -> None:
+    release = threading.Event()
+    job = workers.start("ours", lambda: release.wait(10) and None)
+    assert workers.is_worker(job.thread)
+    release.set()
+    assert job.join(5)
+    assert workers.is_worker(job.thread)  # parked
+    assert not workers.is_worker(threading.current_thread())
+    other = threading.Thread(target=lambda: None)
+    assert not workers.is_worker(other)
+
+
 def test_a_job_that_raises_is_reported_and_its_thread_still_parks(monkeypatch) -> None:
     reported: list[threading.ExceptHookArgs] = []
     monkeypatch.setattr(threading, "excepthook", reported.append)
