@@ -49,6 +49,7 @@ class ReferenceRegistry:
         )
         """The queue dying referents put their references in."""
         self._on_register = on_register
+        self._discarded = False
         self._references: dict[int, NativeReference] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -128,6 +129,7 @@ class ReferenceRegistry:
     def discard_queue(self) -> None:
         """Empty the garbage queue without deleting (close deleted everything already); a
         ``STOP`` stays, for a cleaner thread that has not read it yet."""
+        self._discarded = True
         stopped = False
         while True:
             try:
@@ -138,9 +140,10 @@ class ReferenceRegistry:
             self.garbage_queue.put(STOP)
 
     def pending(self) -> int:
-        """How many items wait in the garbage queue (0 when the queue does not say)."""
+        """How many items wait in the garbage queue (0 when the queue does not say, or once
+        the close discarded it: a stop left for the cleaner's thread is not garbage)."""
         size = getattr(self.garbage_queue, "qsize", None)
-        return int(size()) if callable(size) else 0
+        return int(size()) if callable(size) and not self._discarded else 0
 
     def counts(self) -> ReferenceCounts:
         """The counts at one instant."""
