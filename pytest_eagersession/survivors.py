@@ -453,10 +453,8 @@ def release_retention(mark: RetentionMark) -> Retention:
     released: list[str] = []
     unresolved: list[tuple[str, Any]] = []
     registry = resources.gradient_registry()
-    if registry is not None:
-        fresh = list(
-            itertools.islice(registry.items(), min(mark.registry_size, len(registry)), None)
-        )
+    if registry is not None and len(registry) > mark.registry_size:  # else skip ~1,000 entries
+        fresh = list(itertools.islice(registry.items(), mark.registry_size, None))
         for name, entry in fresh:
             function = entry.get("type") if isinstance(entry, dict) else None
             if not (isinstance(name, str) and name.startswith("CustomGradient-")):
