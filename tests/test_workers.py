@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import random
 import select
 import signal
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -95,6 +97,34 @@ def test_a_workers_thread_is_known_as_ours_running_or_parked() -> None:
     assert not workers.is_worker(threading.current_thread())
     other = threading.Thread(target=lambda: None)
     assert not workers.is_worker(other)
+
+
+def test_no_job_is_lost_however_starts_releases_joins_and_ends_interleave() -> None:
+    """Jobs released while they run or before they ran, joined, and the parked threads ended
+    now and then: every job runs, once, in order, and no thread is left running one."""
+    rng = random.Random(7)
+    runs: list[int] = []
+    for index in range(300):
+        finish = threading.Event()
+
+        def job(index: int = index, finish: threading.Event = finish) -> None:
+            runs.append(index)
+            finish.wait(rng.choice([0, 0.001, 0.004]))
+
+        started = workers.start(f"job-{index}", job)
+        time.sleep(rng.choice([0, 0.0005, 0.003]))
+        if rng.random() < 0.5:
+            started.release()
+            finish.set()
+        else:
+            finish.set()
+            assert started.join(5)
+        if rng.random() < 0.05:
+            workers.end_parked()
+        assert started.join(5), f"job {index} never ended"
+    assert runs == list(range(300))
+    assert len(workers.parked_threads()) <= workers.PARKED_MOST
+    assert len(set(workers.parked_threads())) == len(workers.parked_threads())  # none twice
 
 
 def test_a_job_that_raises_is_reported_and_its_thread_still_parks(monkeypatch) -> None:
