@@ -77,16 +77,7 @@ def of_types_weakly_apart(
         if steps:
             steps.append((_MARKER,))
         steps.append(_weak_selection(types, (generation,)))
-    items = _in_one_call(itertools.chain.from_iterable(steps))
-    # list.index is C; a weak reference and the marker compare by identity (no __eq__ runs).
-    apart: list[list[weakref.ref[Any]]] = []
-    start = 0
-    for _ in range(len(generations) - 1):
-        end = items.index(_MARKER, start)
-        apart.append(items[start:end])
-        start = end + 1
-    apart.append(items[start:])
-    return apart
+    return _apart(_in_one_call(itertools.chain.from_iterable(steps)), len(generations))
 
 
 def _weak_selection(types: frozenset[type], generations: Sequence[int]) -> Iterator[Any]:
@@ -197,13 +188,24 @@ def _call(function: Callable[[], None]) -> filter[None]:
     return filter(None, itertools.starmap(function, ((),)))
 
 
-def _split(items: list[Any], marker: object) -> tuple[list[Any], list[Any]]:
-    """``items`` before and after the first ``marker`` (all of them, and none, without one)."""
-    try:  # in C: what comes before it (weak references, frozensets) compares by identity
-        index = items.index(marker)
-    except ValueError:
-        return items, []
-    return items[:index], items[index + 1 :]
+def _apart(items: list[Any], parts: int) -> list[list[Any]]:
+    """``items`` cut at its first ``parts - 1`` markers (``_MARKER``), in one pass: ``parts``
+    lists, the last ones empty where markers are missing.
+
+    ``list.index`` is C, and what comes before a marker (weak references, frozensets) compares
+    with it by identity: no referent's ``__eq__`` runs.
+    """
+    apart: list[list[Any]] = []
+    start = 0
+    for _ in range(parts - 1):
+        try:
+            end = items.index(_MARKER, start)
+        except ValueError:
+            end = len(items)
+        apart.append(items[start:end])
+        start = end + 1
+    apart.append(items[start:])
+    return apart
 
 
 def referrers(objects: tuple[object, ...]) -> tuple[list[object], list[frozenset[int]]]:
@@ -242,7 +244,7 @@ def referrers(objects: tuple[object, ...]) -> tuple[list[object], list[frozenset
     others = itertools.compress(flat(3), map(operator.not_, map(is_tuple, map(type, flat(4)))))
     emptied: filter[None] = filter(None, map(list.clear, listings[5]))
     found = BOUNDARY.whole(itertools.chain(tuples, (_MARKER,), others, emptied))
-    held, others_found = _split(found, _MARKER)
+    held, others_found = _apart(found, 2)
     return others_found, held
 
 
@@ -463,8 +465,7 @@ class Boundary:
                     )
                 )
             self._blocks = sys.getallocatedblocks()
-            refs, rest = _split(items, _MARKER)
-            frozen, rest = _split(rest, _MARKER)
+            refs, frozen, rest = _apart(items, 3)
             if remember:
                 self._remember(frozen)
             else:
@@ -500,8 +501,7 @@ class Boundary:
                         _call(_FREEZE),
                     )
                 )
-            refs, rest = _split(items, _MARKER)
-            frozen, result = _split(rest, _MARKER)
+            refs, frozen, result = _apart(items, 3)
             self._remember(frozen)
             new = _alive(refs)
             if new:
