@@ -14,6 +14,7 @@ the bytes grow; under ``ON_SAFE_POINTS`` the op callback looks every half thresh
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import itertools
 import operator
@@ -44,6 +45,9 @@ QUIET_S = 0.05
 #: A cleaner's first wait when its session starts or resumes, quiet: most tests take a
 #: millisecond or two, and each wake costs the test's thread a hand-over of the interpreter.
 QUIET_START_S = 0.002
+#: A stopped cleaner whose timed wait ends within this is not woken: it leaves then, or when
+#: the next session takes its thread (``workers``), whichever comes first.
+STOP_UNWOKEN_S = 0.01
 #: Listing what a session made may take at most one part in this many of its cleaner's time.
 LOOK_DUTY = 10
 #: While quiet, the most wakes in a row at which a cleaner reads the process's resident memory
@@ -57,6 +61,8 @@ MOST_THRESHOLDS = 64
 #: functions let other threads run meanwhile. A survivor check holds it too, so that it never
 #: finds a tensor alive only because a cleaner was counting it (a leak that is not).
 COUNTING = threading.RLock()  # reentrant: a check may run ops, whose callback may count
+
+_THREAD = threading.local()  # what a cleaner's thread asked of the kernel, kept as it parks
 
 
 class GarbageWatch:
@@ -325,6 +331,7 @@ class Cleaner:
         self._busy = threading.RLock()  # held by the thread while it acts (a deleter may close)
         self._job: workers.Job | None = None
         self._stopped = False
+        self._wait_ends = float("-inf")  # when the thread's wait ends (inf: untimed)
         self.prompt_wakeups = False
         """Whether the kernel accepted the thread's request for short slices (``wakeups``)."""
 
@@ -355,13 +362,23 @@ class Cleaner:
 
     def request_stop(self) -> None:
         """Stop it: it starts nothing more (a look, or a deleter: what is queued is left to
-        the session's close), and its thread parks without anyone waiting for it."""
+        the session's close), and its thread parks without anyone waiting for it.
+
+        A thread asleep in a wait that ends within ``STOP_UNWOKEN_S`` is not woken (a test of
+        a millisecond ends inside the first wait): the next session to start wakes it, once,
+        to leave this one and run its own (``workers.Job.release``), or it leaves as the wait
+        ends. One asleep for longer, or untimed, is woken now.
+        """
         with self._lock:
             self._stopped = True
-        self._references.garbage_queue.put(STOP)  # so that the thread leaves the session
+            asleep_long = self._wait_ends - time.monotonic() > STOP_UNWOKEN_S
         job = self._job
-        if job is not None:
-            job.release()
+        if job is None:  # never started: no thread to tell
+            return
+        put_stop = functools.partial(self._references.garbage_queue.put, STOP)
+        if asleep_long:
+            put_stop()
+        job.release(nudge=put_stop)
 
     def join(self) -> None:
         """Wait, up to ``CLEANER_JOIN_TIMEOUT_S``, until what it is doing now (a look, or a
@@ -389,7 +406,10 @@ class Cleaner:
         return False
 
     def _run(self) -> None:
-        self.prompt_wakeups = ask_for_prompt_wakeups()
+        asked = getattr(_THREAD, "prompt_wakeups", None)  # a parked thread asked already
+        if asked is None:
+            asked = _THREAD.prompt_wakeups = ask_for_prompt_wakeups()
+        self.prompt_wakeups = asked
         references = self._references
         garbage = references.garbage_queue
         watch = self._watch
@@ -403,6 +423,10 @@ class Cleaner:
         resident_at = RESIDENT.read() or 0  # the resident memory at the last look
         while True:
             watching = TRACKER.is_innermost(self._owner) and tensorflow_ready()
+            with self._lock:  # a stop that comes after this sees when the wait ends
+                if self._stopped:
+                    return
+                self._wait_ends = time.monotonic() + interval if watching else float("inf")
             try:
                 item = garbage.get(timeout=interval) if watching else garbage.get()
             except queue.Empty:

@@ -9,8 +9,11 @@ to itself for as long as it runs. A parked thread holds nothing of its last job.
 ``PARKED_MOST`` are kept; ``end_parked()`` ends them (the plugin calls it as the run ends).
 
 A starter that told its job to end need not wait for it: ``Job.release()`` parks the thread at
-once, and a job given to it next runs when the last one has returned (a closed session's cleaner
-leaves at its next wake; the next session's start need not wait for that, nor start a thread).
+once, and a job given to it next runs when the last one has returned. Nor need it wake the
+thread to say so: ``release(nudge)`` leaves the nudge (what makes the job return now) to
+whoever takes the thread next, so that the thread wakes once, for both, where it would have
+woken twice (a closed session's cleaner, asleep for a millisecond or two more, wakes when the
+next session starts, and runs that session's job at once).
 """
 
 from __future__ import annotations
@@ -51,14 +54,24 @@ class Job:
         """Wait up to ``timeout`` seconds for the job to end; whether it did."""
         return self._done.wait(timeout)
 
-    def release(self) -> None:
+    def release(self, nudge: Callable[[], object] | None = None) -> None:
         """Park the thread now, without waiting for the job to end: the job was told to end,
         and nothing it still does matters to its starter. A job given to the thread next runs
-        once this one ended."""
+        once this one ended.
+
+        ``nudge()`` makes the job return now (it wakes the thread): called by the next
+        ``start()`` that takes the thread, or by ``end_parked()``, or at once where there is no
+        room to park. It must hold nothing of the job's (its queue's ``put``, not the job).
+        """
         with _lock:
-            if self._released is None and not self._done.is_set():
-                self.thread.name = PARKED_NAME
-                self._released = _park(self._worker)
+            if self._released is not None or self._done.is_set():
+                return
+            self.thread.name = PARKED_NAME
+            self._released = _park(self._worker)
+            if self._released:
+                self._worker.nudge, nudge = nudge, None
+        if nudge is not None:
+            nudge()
 
 
 _Work = tuple[Callable[[], None], Job]
@@ -69,6 +82,7 @@ class _Worker:
 
     def __init__(self, name: str) -> None:
         self.work: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
+        self.nudge: Callable[[], object] | None = None  # a released job's, still running
         self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
         _threads.add(self.thread)
 
@@ -88,6 +102,7 @@ class _Worker:
                 threading.excepthook(threading.ExceptHookArgs((*sys.exc_info(), thread)))
             del target  # nothing of the job stays with the parked thread
             with _lock:
+                self.nudge = None  # it returned: nobody need make it
                 parked = job._released
                 if parked is None:
                     thread.name = PARKED_NAME
@@ -110,15 +125,19 @@ def is_worker(thread: threading.Thread) -> bool:
 
 def start(name: str, target: Callable[[], None]) -> Job:
     """Run ``target()`` on a parked thread, or on a new daemon thread, named ``name``."""
+    nudge = None
     with _lock:
         worker = _parked.pop() if _parked else None
         if worker is not None:
             worker.thread.name = name
+            nudge, worker.nudge = worker.nudge, None
     if worker is None:
         worker = _Worker(name)
         run_promptly(worker.thread.start)  # on busy cores, a start waits for two of them
     job = Job(worker)
     worker.work.put((target, job))
+    if nudge is not None:  # the released job still runs: one wake ends it and starts this one
+        nudge()
     return job
 
 
@@ -133,8 +152,13 @@ def end_parked(timeout: float = 1.0) -> None:
     with _lock:
         ending = list(_parked)
         _parked.clear()
-    for worker in ending:
+        nudges = [worker.nudge for worker in ending]
+        for worker in ending:
+            worker.nudge = None
+    for worker, nudge in zip(ending, nudges, strict=True):
         worker.work.put(None)
+        if nudge is not None:
+            nudge()
     for worker in ending:
         worker.thread.join(timeout)
 

@@ -7,7 +7,9 @@ what happens at interpreter exit, and a machine without TensorFlow.
 
 from __future__ import annotations
 
+import gc
 import os
+import queue
 import random
 import subprocess
 import sys
@@ -352,6 +354,105 @@ def test_closing_stops_ownership_in_every_thread_that_activated_the_session() ->
         for holder in holders:
             holder.join(JOIN_S)
     assert not any(holder.is_alive() for holder in holders)
+
+
+class RecordingQueue(queue.Queue):  # type: ignore[type-arg]
+    """A garbage queue that records what is put in it: each put wakes a waiting cleaner."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.puts: list[object] = []
+
+    def put(self, item: object, block: bool = True, timeout: float | None = None) -> None:
+        self.puts.append(item)
+        super().put(item, block, timeout)
+
+
+def _waiting(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is blocked in a ``RecordingQueue``'s wait."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    return frame is not None and frame.f_code.co_name == "wait"
+
+
+def _ends(session: EagerSession) -> Callable[[], bool]:
+    """Whether ``session`` was freed: its cleaner's thread no longer runs its job."""
+    ref = weakref.ref(session)
+    return lambda: gc.collect() >= 0 and ref() is None
+
+
+def test_a_close_leaves_a_cleaner_in_a_short_wait_asleep_and_it_leaves_by_itself() -> None:
+    import tensorflow as tf
+
+    garbage = RecordingQueue()
+    session = EagerSession.options().build(garbage_queue=garbage)
+    with session:
+        tf.constant(1.0)
+        assert session.cleaner is not None
+        thread = session.cleaner.thread
+        assert thread is not None
+        assert wait_for(lambda: _waiting(thread))
+    assert garbage.puts == []  # the thread was not woken to be told: its wait ends soon
+    ended = _ends(session)
+    del session
+    assert wait_for(ended)  # its wait ended, and it left
+
+
+def test_the_next_session_wakes_a_closed_cleaners_thread_once_to_run_its_own(
+    monkeypatch,
+) -> None:
+    import tensorflow as tf
+
+    from pytest_eagersession import cleaner, workers
+    from pytest_eagersession.references import STOP
+
+    workers.end_parked()
+    monkeypatch.setattr(cleaner, "QUIET_START_S", 30.0)  # asleep for the whole test
+    monkeypatch.setattr(cleaner, "STOP_UNWOKEN_S", 60.0)
+    garbage = RecordingQueue()
+    first = EagerSession.options().build(garbage_queue=garbage)
+    with first:
+        tf.constant(1.0)
+        assert first.cleaner is not None
+        thread = first.cleaner.thread
+        assert thread is not None
+        assert wait_for(lambda: _waiting(thread))
+    assert garbage.puts == []
+    assert workers.parked_threads() == [thread]  # parked while its job still waits
+    ended = _ends(first)
+    del first
+    started = time.monotonic()
+    second_garbage = RecordingQueue()
+    second = EagerSession.options().build(garbage_queue=second_garbage)
+    with second:
+        assert second.cleaner is not None
+        assert second.cleaner.thread is thread
+        assert garbage.puts == [STOP]  # one wake: the first job leaves, the second runs
+        assert wait_for(ended)
+        assert time.monotonic() - started < 10  # not the 30 s wait
+        assert second.cleaner.running
+    assert second_garbage.puts == []
+    workers.end_parked()
+    assert not thread.is_alive()
+
+
+def test_a_close_wakes_a_cleaner_whose_wait_is_untimed(monkeypatch) -> None:
+    from pytest_eagersession import cleaner
+    from pytest_eagersession.references import STOP
+
+    monkeypatch.setattr(cleaner, "tensorflow_ready", lambda: False)  # nothing to watch
+    garbage = RecordingQueue()
+    session = EagerSession.options().build(garbage_queue=garbage)
+    session.activate()
+    assert session.cleaner is not None
+    thread = session.cleaner.thread
+    assert thread is not None
+    assert wait_for(lambda: _waiting(thread))
+    time.sleep(0.05)  # in its untimed wait by now
+    session.close()
+    assert garbage.puts[:1] == [STOP]  # woken now (the close's discard may put it back)
+    ended = _ends(session)
+    del session
+    assert wait_for(ended)
 
 
 def test_tensorflow_threads_run_python_inside_an_active_session() -> None:
