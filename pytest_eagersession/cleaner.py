@@ -297,6 +297,26 @@ def _generation_keys() -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
     return (moves, youngest, middle, oldest), (moves, middle, oldest)
 
 
+class _Wait:
+    """When a cleaner's thread wakes by itself: inf while it waits untimed, -inf before its
+    first wait."""
+
+    __slots__ = ("ends",)
+
+    def __init__(self) -> None:
+        self.ends = float("-inf")
+
+
+def _wake_unless_soon(wait: _Wait, put: Any, urgent: bool) -> None:
+    """A stopped cleaner's thread is taken by the next session: wake it (``put(STOP)``), unless
+    the nudge is not ``urgent`` and the thread's wait ends within ``QUIET_START_S`` by itself.
+    It then runs the next session's job as it wakes, which starts that session's watch at most
+    ``QUIET_START_S`` late. (A job that never waited gets a ``STOP`` it will not read: the
+    thread is in an earlier job's wait, one that a start found ending that soon.)"""
+    if urgent or not 0.0 <= wait.ends - time.monotonic() <= QUIET_START_S:
+        put(STOP)
+
+
 class Cleaner:
     """The background thread of one session, running from the session's first activation (or
     first registered reference) to ``stop()``.
@@ -331,7 +351,7 @@ class Cleaner:
         self._busy = threading.RLock()  # held by the thread while it acts (a deleter may close)
         self._job: workers.Job | None = None
         self._stopped = False
-        self._wait_ends = float("-inf")  # when the thread's wait ends (inf: untimed)
+        self._wait = _Wait()  # the thread's wait: shared with the nudge its release leaves
         self.prompt_wakeups = False
         """Whether the kernel accepted the thread's request for short slices (``wakeups``)."""
 
@@ -371,14 +391,14 @@ class Cleaner:
         """
         with self._lock:
             self._stopped = True
-            asleep_long = self._wait_ends - time.monotonic() > STOP_UNWOKEN_S
+            asleep_long = self._wait.ends - time.monotonic() > STOP_UNWOKEN_S
         job = self._job
         if job is None:  # never started: no thread to tell
             return
-        put_stop = functools.partial(self._references.garbage_queue.put, STOP)
+        put = self._references.garbage_queue.put
         if asleep_long:
-            put_stop()
-        job.release(nudge=put_stop)
+            put(STOP)
+        job.release(nudge=functools.partial(_wake_unless_soon, self._wait, put))
 
     def join(self) -> None:
         """Wait, up to ``CLEANER_JOIN_TIMEOUT_S``, until what it is doing now (a look, or a
@@ -426,7 +446,7 @@ class Cleaner:
             with self._lock:  # a stop that comes after this sees when the wait ends
                 if self._stopped:
                     return
-                self._wait_ends = time.monotonic() + interval if watching else float("inf")
+                self._wait.ends = time.monotonic() + interval if watching else float("inf")
             try:
                 item = garbage.get(timeout=interval) if watching else garbage.get()
             except queue.Empty:

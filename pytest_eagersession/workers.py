@@ -10,10 +10,10 @@ to itself for as long as it runs. A parked thread holds nothing of its last job.
 
 A starter that told its job to end need not wait for it: ``Job.release()`` parks the thread at
 once, and a job given to it next runs when the last one has returned. Nor need it wake the
-thread to say so: ``release(nudge)`` leaves the nudge (what makes the job return now) to
-whoever takes the thread next, so that the thread wakes once, for both, where it would have
-woken twice (a closed session's cleaner, asleep for a millisecond or two more, wakes when the
-next session starts, and runs that session's job at once).
+thread to say so: ``release(nudge)`` leaves the nudge (what makes the job return) to whoever
+takes the thread next. A closed session's cleaner, asleep for a millisecond or two more, is then
+woken once, for both jobs, or not at all: the next session's start lets a wait that ends soon
+run out, and the thread runs that session's job as it wakes.
 """
 
 from __future__ import annotations
@@ -54,14 +54,15 @@ class Job:
         """Wait up to ``timeout`` seconds for the job to end; whether it did."""
         return self._done.wait(timeout)
 
-    def release(self, nudge: Callable[[], object] | None = None) -> None:
+    def release(self, nudge: Callable[[bool], object] | None = None) -> None:
         """Park the thread now, without waiting for the job to end: the job was told to end,
         and nothing it still does matters to its starter. A job given to the thread next runs
         once this one ended.
 
-        ``nudge()`` makes the job return now (it wakes the thread): called by the next
-        ``start()`` that takes the thread, or by ``end_parked()``, or at once where there is no
-        room to park. It must hold nothing of the job's (its queue's ``put``, not the job).
+        ``nudge(urgent)`` makes the job return: called by the next ``start()`` that takes the
+        thread (``urgent`` False: a job about to return by itself may be left to), or, urgent,
+        by ``end_parked()``, or at once where there is no room to park. It must hold nothing of
+        the job's (its queue's ``put``, not the job).
         """
         with _lock:
             if self._released is not None or self._done.is_set():
@@ -71,7 +72,7 @@ class Job:
             if self._released:
                 self._worker.nudge, nudge = nudge, None
         if nudge is not None:
-            nudge()
+            nudge(True)
 
 
 _Work = tuple[Callable[[], None], Job]
@@ -82,7 +83,7 @@ class _Worker:
 
     def __init__(self, name: str) -> None:
         self.work: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
-        self.nudge: Callable[[], object] | None = None  # a released job's, still running
+        self.nudge: Callable[[bool], object] | None = None  # a released job's, still running
         self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
         _threads.add(self.thread)
 
@@ -137,7 +138,7 @@ def start(name: str, target: Callable[[], None]) -> Job:
     job = Job(worker)
     worker.work.put((target, job))
     if nudge is not None:  # the released job still runs: one wake ends it and starts this one
-        nudge()
+        nudge(False)
     return job
 
 
@@ -158,7 +159,7 @@ def end_parked(timeout: float = 1.0) -> None:
     for worker, nudge in zip(ending, nudges, strict=True):
         worker.work.put(None)
         if nudge is not None:
-            nudge()
+            nudge(True)
     for worker in ending:
         worker.thread.join(timeout)
 

@@ -381,9 +381,18 @@ def _ends(session: EagerSession) -> Callable[[], bool]:
 
 
 def test_a_close_leaves_a_cleaner_in_a_short_wait_asleep_and_it_leaves_by_itself() -> None:
+    garbage = RecordingQueue()
+    ended, _ = _closed_asleep(garbage)  # the thread was not woken to be told: its wait ends soon
+    assert wait_for(ended)  # its wait ended, and it left
+
+
+def _closed_asleep(garbage: RecordingQueue) -> tuple[Callable[[], bool], threading.Thread]:
+    """Open and close a session on ``garbage`` whose thread is asleep in its first wait; returns
+    whether the session was freed (its thread left its job), and the thread."""
     import tensorflow as tf
 
-    garbage = RecordingQueue()
+    from pytest_eagersession import workers
+
     session = EagerSession.options().build(garbage_queue=garbage)
     with session:
         tf.constant(1.0)
@@ -391,45 +400,43 @@ def test_a_close_leaves_a_cleaner_in_a_short_wait_asleep_and_it_leaves_by_itself
         thread = session.cleaner.thread
         assert thread is not None
         assert wait_for(lambda: _waiting(thread))
-    assert garbage.puts == []  # the thread was not woken to be told: its wait ends soon
-    ended = _ends(session)
-    del session
-    assert wait_for(ended)  # its wait ended, and it left
+    assert garbage.puts == []
+    assert thread in workers.parked_threads()  # parked while its job still waits
+    return _ends(session), thread
 
 
-def test_the_next_session_wakes_a_closed_cleaners_thread_once_to_run_its_own(
-    monkeypatch,
+@pytest.mark.parametrize("wait_s", [1.0, 30.0])
+def test_the_next_session_takes_a_closed_cleaners_thread_waking_it_only_if_it_sleeps_long(
+    monkeypatch, wait_s: float
 ) -> None:
-    import tensorflow as tf
-
+    """The next session's start wakes the thread (once: the first job leaves, the second runs)
+    unless its wait ends within ``QUIET_START_S``; then the second job runs as it ends."""
     from pytest_eagersession import cleaner, workers
     from pytest_eagersession.references import STOP
 
     workers.end_parked()
-    monkeypatch.setattr(cleaner, "QUIET_START_S", 30.0)  # asleep for the whole test
-    monkeypatch.setattr(cleaner, "STOP_UNWOKEN_S", 60.0)
+    monkeypatch.setattr(cleaner, "QUIET_START_S", wait_s)  # the first session's first wait
+    monkeypatch.setattr(cleaner, "STOP_UNWOKEN_S", 60.0)  # its close wakes nobody
     garbage = RecordingQueue()
-    first = EagerSession.options().build(garbage_queue=garbage)
-    with first:
-        tf.constant(1.0)
-        assert first.cleaner is not None
-        thread = first.cleaner.thread
-        assert thread is not None
-        assert wait_for(lambda: _waiting(thread))
-    assert garbage.puts == []
-    assert workers.parked_threads() == [thread]  # parked while its job still waits
-    ended = _ends(first)
-    del first
+    ended, thread = _closed_asleep(garbage)
+    monkeypatch.setattr(cleaner, "QUIET_START_S", min(wait_s, 2.0))
     started = time.monotonic()
     second_garbage = RecordingQueue()
     second = EagerSession.options().build(garbage_queue=second_garbage)
     with second:
         assert second.cleaner is not None
         assert second.cleaner.thread is thread
-        assert garbage.puts == [STOP]  # one wake: the first job leaves, the second runs
-        assert wait_for(ended)
-        assert time.monotonic() - started < 10  # not the 30 s wait
+        if wait_s > 2.0:
+            assert garbage.puts == [STOP]  # woken now
+            assert wait_for(ended)
+            assert time.monotonic() - started < 10  # not the 30 s wait
+        else:
+            assert garbage.puts == []  # left asleep: it wakes within a second
+            assert not ended()
+            assert wait_for(ended, timeout=5)
+            assert time.monotonic() - started > 0.5
         assert second.cleaner.running
+        assert wait_for(lambda: second.cleaner is not None and second.cleaner._wait.ends > 0)
     assert second_garbage.puts == []
     workers.end_parked()
     assert not thread.is_alive()

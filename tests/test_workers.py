@@ -85,8 +85,8 @@ def test_a_released_jobs_nudge_is_left_to_the_next_start_which_calls_it_once() -
     def asleep() -> None:
         wake.wait(10)
 
-    def nudge() -> None:
-        nudged.append("nudged")
+    def nudge(urgent: bool) -> None:
+        nudged.append(f"urgent={urgent}")
         wake.set()
 
     first = workers.start("asleep-job", asleep)
@@ -97,13 +97,13 @@ def test_a_released_jobs_nudge_is_left_to_the_next_start_which_calls_it_once() -
     ran = threading.Event()
     second = workers.start("next-job", ran.set)
     assert second.thread is first.thread
-    assert nudged == ["nudged"]
+    assert nudged == ["urgent=False"]  # a start: the job may be left to return by itself
     assert second.join(5)
     assert ran.is_set()
     assert not first.running
     third = workers.start("third-job", lambda: None)  # the nudge is spent: not called again
     assert third.join(5)
-    assert nudged == ["nudged"]
+    assert nudged == ["urgent=False"]
 
 
 def test_a_nudge_is_dropped_once_its_job_returned_and_called_at_once_without_room(
@@ -112,7 +112,7 @@ def test_a_nudge_is_dropped_once_its_job_returned_and_called_at_once_without_roo
     nudged: list[str] = []
     finish = threading.Event()
     returned = workers.start("returns", lambda: finish.wait(10) and None)
-    returned.release(nudge=lambda: nudged.append("late"))
+    returned.release(nudge=lambda urgent: nudged.append("late"))
     finish.set()
     assert returned.join(5)
     assert workers.start("after-return", lambda: None).join(5)
@@ -120,20 +120,22 @@ def test_a_nudge_is_dropped_once_its_job_returned_and_called_at_once_without_roo
     monkeypatch.setattr(workers, "PARKED_MOST", 0)
     wake = threading.Event()
     roomless = workers.start("no-room-nudged", lambda: wake.wait(10) and None)
-    roomless.release(nudge=lambda: (nudged.append("now"), wake.set()))
-    assert nudged == ["now"]  # nobody would take the thread: it is nudged at once
+    roomless.release(nudge=lambda urgent: (nudged.append(f"now, urgent={urgent}"), wake.set()))
+    assert nudged == ["now, urgent=True"]  # nobody would take the thread: it is nudged at once
     assert roomless.join(5)
 
 
 def test_end_parked_nudges_a_released_job_that_still_runs() -> None:
     wake = threading.Event()
+    urgency: list[bool] = []
     job = workers.start("asleep", lambda: wake.wait(10) and None)
-    job.release(nudge=wake.set)
+    job.release(nudge=lambda urgent: (urgency.append(urgent), wake.set()))
     started = time.monotonic()
     workers.end_parked(timeout=5)
     assert time.monotonic() - started < 2
     assert not job.thread.is_alive()
     assert not job.running
+    assert urgency == [True]  # the run ends: nothing may be left to end by itself
 
 
 def test_a_released_job_without_room_to_park_ends_its_thread(monkeypatch) -> None:
@@ -181,7 +183,7 @@ def test_no_job_is_lost_however_starts_releases_joins_and_ends_interleave() -> N
             asleep = None
         time.sleep(rng.choice([0, 0.0005, 0.003]))
         if nudged:
-            started.release(nudge=finish.set)
+            started.release(nudge=lambda urgent, finish=finish: finish.set())
             asleep = started
         elif rng.random() < 0.5:
             started.release()
