@@ -45,6 +45,11 @@ QUIET_S = 0.05
 #: A cleaner's first wait when its session starts or resumes, quiet: most tests take a
 #: millisecond or two, and each wake costs the test's thread a hand-over of the interpreter.
 QUIET_START_S = 0.002
+#: The longest a thread's first wait grows to while the sessions it serves keep ending inside
+#: it (back-to-back small tests): it doubles each time one does, and is ``QUIET_START_S`` again
+#: once one outlives it. A closed session's thread whose wait ends within this is not woken
+#: for the next session, which it serves as it wakes.
+FIRST_WAIT_MOST_S = 0.008
 #: A stopped cleaner whose timed wait ends within this is not woken: it leaves then, or when
 #: the next session takes its thread (``workers``), whichever comes first.
 STOP_UNWOKEN_S = 0.01
@@ -62,7 +67,14 @@ MOST_THRESHOLDS = 64
 #: finds a tensor alive only because a cleaner was counting it (a leak that is not).
 COUNTING = threading.RLock()  # reentrant: a check may run ops, whose callback may count
 
-_THREAD = threading.local()  # what a cleaner's thread asked of the kernel, kept as it parks
+_THREAD = threading.local()  # a cleaner thread's own, kept as it parks: what it asked of the
+# kernel, and its first wait
+
+
+def _first_wait() -> float:
+    """The calling cleaner thread's first wait for its next session (``FIRST_WAIT_MOST_S``)."""
+    wait: float = getattr(_THREAD, "first_wait", QUIET_START_S)
+    return wait
 
 
 class GarbageWatch:
@@ -309,11 +321,11 @@ class _Wait:
 
 def _wake_unless_soon(wait: _Wait, put: Any, urgent: bool) -> None:
     """A stopped cleaner's thread is taken by the next session: wake it (``put(STOP)``), unless
-    the nudge is not ``urgent`` and the thread's wait ends within ``QUIET_START_S`` by itself.
-    It then runs the next session's job as it wakes, which starts that session's watch at most
-    ``QUIET_START_S`` late. (A job that never waited gets a ``STOP`` it will not read: the
-    thread is in an earlier job's wait, one that a start found ending that soon.)"""
-    if urgent or not 0.0 <= wait.ends - time.monotonic() <= QUIET_START_S:
+    the nudge is not ``urgent`` and the thread's wait ends within ``FIRST_WAIT_MOST_S`` by
+    itself. It then runs the next session's job as it wakes, which starts that session's watch
+    at most that late. (A job that never waited gets a ``STOP`` it will not read: the thread is
+    in an earlier job's wait, one that a start found ending that soon.)"""
+    if urgent or not 0.0 <= wait.ends - time.monotonic() <= FIRST_WAIT_MOST_S:
         put(STOP)
 
 
@@ -336,7 +348,8 @@ class Cleaner:
     starts quiet (when it opens and each time it becomes the owner again): most tests make
     little, and listing through each one's first ``QUIET_S`` was two thirds of the looks in
     Sonnet's suite; memory that grows from the start brings a listing at the first wake, which
-    comes ``QUIET_START_S`` after the start (so a test of a millisecond is not woken). (Resident
+    comes ``QUIET_START_S`` after the start (so a test of a millisecond is not woken), or up to
+    ``FIRST_WAIT_MOST_S`` on a thread whose last sessions ended sooner than that. (Resident
     memory alone would miss garbage that fills memory freed before: a loop's own, once its
     first collection freed it.) It asks the kernel for short time slices as it starts
     (``wakeups``): on a busy machine a woken thread may otherwise wait milliseconds for a core;
@@ -426,6 +439,9 @@ class Cleaner:
         return False
 
     def _run(self) -> None:
+        if self._stopped:  # its session closed before the thread came to it: a short one
+            _THREAD.first_wait = min(2 * _first_wait(), FIRST_WAIT_MOST_S)
+            return
         asked = getattr(_THREAD, "prompt_wakeups", None)  # a parked thread asked already
         if asked is None:
             asked = _THREAD.prompt_wakeups = ask_for_prompt_wakeups()
@@ -434,7 +450,8 @@ class Cleaner:
         garbage = references.garbage_queue
         watch = self._watch
         shortest, longest = LOOK_INTERVAL_S
-        interval = QUIET_START_S
+        interval = first_wait = _first_wait()
+        woke = False  # whether a wait ended by itself while the session was open
         grew_at = float("-inf")  # nothing grew yet: the looks back off until something does
         skipped = 0  # wakes in a row that read the resident memory alone
         # The bytes, and since when they stay so: a session starts quiet, so that a test that
@@ -453,8 +470,12 @@ class Cleaner:
                 item = _TIMED_OUT
             with self._busy:
                 if self._stopped or item is STOP:
+                    if not woke:  # the session ended inside its first wait: the next may too
+                        _THREAD.first_wait = min(2 * first_wait, FIRST_WAIT_MOST_S)
                     return
                 if item is _TIMED_OUT:
+                    if not woke:
+                        woke, _THREAD.first_wait = True, QUIET_START_S
                     now = time.monotonic()
                     step = watch.threshold // 16
                     if now - still_since >= QUIET_S and skipped < QUIET_SKIPS:

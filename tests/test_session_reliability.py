@@ -410,16 +410,16 @@ def test_the_next_session_takes_a_closed_cleaners_thread_waking_it_only_if_it_sl
     monkeypatch, wait_s: float
 ) -> None:
     """The next session's start wakes the thread (once: the first job leaves, the second runs)
-    unless its wait ends within ``QUIET_START_S``; then the second job runs as it ends."""
+    unless its wait ends within ``FIRST_WAIT_MOST_S``; then the second job runs as it ends."""
     from pytest_eagersession import cleaner, workers
     from pytest_eagersession.references import STOP
 
     workers.end_parked()
     monkeypatch.setattr(cleaner, "QUIET_START_S", wait_s)  # the first session's first wait
+    monkeypatch.setattr(cleaner, "FIRST_WAIT_MOST_S", 2.0)
     monkeypatch.setattr(cleaner, "STOP_UNWOKEN_S", 60.0)  # its close wakes nobody
     garbage = RecordingQueue()
     ended, thread = _closed_asleep(garbage)
-    monkeypatch.setattr(cleaner, "QUIET_START_S", min(wait_s, 2.0))
     started = time.monotonic()
     second_garbage = RecordingQueue()
     second = EagerSession.options().build(garbage_queue=second_garbage)
@@ -440,6 +440,38 @@ def test_the_next_session_takes_a_closed_cleaners_thread_waking_it_only_if_it_sl
     assert second_garbage.puts == []
     workers.end_parked()
     assert not thread.is_alive()
+
+
+def test_a_threads_first_wait_grows_while_its_sessions_end_inside_it(monkeypatch) -> None:
+    """Back-to-back short sessions: each that ends inside the thread's first wait doubles the
+    next one's, up to ``FIRST_WAIT_MOST_S``; one that outlives it brings it back down."""
+    import tensorflow as tf
+
+    from pytest_eagersession import cleaner, workers
+
+    workers.end_parked()
+    monkeypatch.setattr(cleaner, "QUIET_START_S", 0.1)
+    monkeypatch.setattr(cleaner, "FIRST_WAIT_MOST_S", 0.4)
+
+    def first_wait(linger: float = 0.0) -> float:
+        session = EagerSession.create()
+        with session:
+            tf.constant(1.0)
+            assert session.cleaner is not None
+            wait = session.cleaner._wait
+            assert wait_for(lambda: wait.ends > 0, timeout=5)
+            left = wait.ends - time.monotonic()
+            time.sleep(linger)
+        return left
+
+    waits = [first_wait() for _ in range(4)]
+    assert 0.05 < waits[0] <= 0.1
+    assert 0.1 < waits[1] <= 0.2
+    assert 0.2 < waits[2] <= 0.4
+    assert 0.2 < waits[3] <= 0.4  # no longer than the most
+    first_wait(linger=0.6)  # outlives its first wait
+    assert 0.05 < first_wait() <= 0.1
+    workers.end_parked()
 
 
 def test_a_close_wakes_a_cleaner_whose_wait_is_untimed(monkeypatch) -> None:
