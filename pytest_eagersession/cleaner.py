@@ -470,7 +470,8 @@ class Cleaner:
                 item = _TIMED_OUT
             with self._busy:
                 if self._stopped or item is STOP:
-                    if not woke:  # the session ended inside its first wait: the next may too
+                    if not woke and self._wait.ends < float("inf"):
+                        # The session ended inside its first (timed) wait: the next may too.
                         _THREAD.first_wait = min(2 * first_wait, FIRST_WAIT_MOST_S)
                     return
                 if item is _TIMED_OUT:

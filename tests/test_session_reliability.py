@@ -443,8 +443,9 @@ def test_the_next_session_takes_a_closed_cleaners_thread_waking_it_only_if_it_sl
 
 
 def test_a_threads_first_wait_grows_while_its_sessions_end_inside_it(monkeypatch) -> None:
-    """Back-to-back short sessions: each that ends inside the thread's first wait doubles the
-    next one's, up to ``FIRST_WAIT_MOST_S``; one that outlives it brings it back down."""
+    """Back-to-back short sessions: each that ends inside the thread's first (timed) wait
+    doubles the next one's, up to ``FIRST_WAIT_MOST_S``; one that outlives it brings it back
+    down."""
     import tensorflow as tf
 
     from pytest_eagersession import cleaner, workers
@@ -464,8 +465,15 @@ def test_a_threads_first_wait_grows_while_its_sessions_end_inside_it(monkeypatch
             time.sleep(linger)
         return left
 
+    with monkeypatch.context() as patched:  # nothing to watch: the wait is untimed
+        patched.setattr(cleaner, "tensorflow_ready", lambda: False)
+        untimed = EagerSession.create()
+        with untimed:
+            assert untimed.cleaner is not None
+            wait = untimed.cleaner._wait
+            assert wait_for(lambda: wait.ends == float("inf"), timeout=5)
     waits = [first_wait() for _ in range(4)]
-    assert 0.05 < waits[0] <= 0.1
+    assert 0.05 < waits[0] <= 0.1  # an untimed wait's end says nothing of the tests' length
     assert 0.1 < waits[1] <= 0.2
     assert 0.2 < waits[2] <= 0.4
     assert 0.2 < waits[3] <= 0.4  # no longer than the most
