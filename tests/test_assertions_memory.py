@@ -162,3 +162,61 @@ def test_a_gpu_peak_over_the_limit_fails_and_nested_meters_keep_their_peaks(gpu)
     with max_bytes("64 MiB") as calm:
         gpu.allocate(MIB)
     assert calm.device_peaks == {"GPU:0": MIB}
+
+
+def test_a_collection_lists_young_tensors_and_the_next_op_measures_them(monkeypatch) -> None:
+    # A collection may start inside TensorFlow's C code (a tensor's constructor), where asking
+    # TensorFlow about a tensor can read what it is still building: the meter asks nothing
+    # there, and measures what a collection listed at the next op.
+    import gc
+
+    import numpy as np
+
+    from pytest_eagersession.assertions import tracked_bytes
+
+    collecting = [False]
+    measured_while_collecting = []
+    real_nbytes = tracked_bytes.tensor_nbytes
+
+    def spy(obj):
+        measured_while_collecting.append(collecting[0])
+        return real_nbytes(obj)
+
+    def mark(phase, info) -> None:
+        collecting[0] = phase == "start"
+
+    monkeypatch.setattr(tracked_bytes, "tensor_nbytes", spy)
+    gc.callbacks.insert(0, mark)  # before the meter's: it is appended at start
+    try:
+        with ByteMeter() as meter:
+            constants = []
+            for _ in range(16):
+                constants.append(tf.constant(np.ones((128, 256), np.float32)))  # 128 KiB, no op
+                gc.collect(0)
+            before_op = meter.peak_bytes
+            tf.zeros([1])
+            after_op = meter.peak_bytes
+    finally:
+        gc.callbacks.remove(mark)
+    assert measured_while_collecting, "nothing was measured"
+    assert not any(measured_while_collecting)
+    assert before_op < 16 * 128 * 1024  # listed, not measured, until an op runs
+    assert 16 * 128 * 1024 <= after_op < 16 * 128 * 1024 + 1024
+    del constants
+
+
+def test_a_long_stretch_without_ops_keeps_only_the_listed_tensors_still_alive(monkeypatch) -> None:
+    import gc
+
+    import numpy as np
+
+    from pytest_eagersession.assertions import tracked_bytes
+
+    monkeypatch.setattr(tracked_bytes, "_LISTED_PRUNE_ABOVE", 4)
+    with ByteMeter() as meter:
+        for _ in range(24):
+            constant = tf.constant(np.ones((16, 16), np.float32))
+            gc.collect(0)  # lists it; no op runs to measure and clear the list
+            del constant
+        listed = len(meter._tracked._listed)
+    assert listed <= 8  # 24 without the pruning

@@ -21,13 +21,13 @@ class ByteMeter:
     Tracked bytes are the buffer sizes of the EagerTensors (strings, resource handles and
     variants excluded) and tf.Variables made while the meter runs, counted while they are
     alive. Op outputs are seen at once (an op callback), other tensors and variables (constants,
-    ``convert_to_tensor``, variables) at the next collection of the youngest gc generation or
-    when the meter stops. Not counted: temporaries inside an op or a tf.function, TensorFlow's
-    caches, NumPy arrays (a tensor sharing its buffer with one counts once). Under
-    ``IN_BACKGROUND`` a tensor the code drops while the session's cleaner reads its size lives
-    until the read ends: a peak may then exceed the code's own by that one tensor. Where a GPU is
-    present, ``device_peaks`` has each GPU's peak memory above its use at the start, from
-    TensorFlow's allocator.
+    ``convert_to_tensor``, variables) at the next op after a collection of the youngest gc
+    generation listed them, or when the meter stops. Not counted: temporaries inside an op or a
+    tf.function, TensorFlow's caches, NumPy arrays (a tensor sharing its buffer with one counts
+    once). Under ``IN_BACKGROUND`` a tensor the code drops while the session's cleaner reads its
+    size lives until the read ends: a peak may then exceed the code's own by that one tensor.
+    Where a GPU is present, ``device_peaks`` has each GPU's peak memory above its use at the
+    start, from TensorFlow's allocator.
     """
 
     def __init__(self, limit: int | str | None = None, *, largest: int = LARGEST_AT_PEAK) -> None:

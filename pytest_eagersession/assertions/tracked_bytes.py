@@ -1,8 +1,12 @@
 """Tracked bytes: the buffers of the tensors and variables made while counting, while alive.
 
-Op outputs are seen at once (an op callback); other tensors and variables at the next
-collection of the youngest gc generation, or when counting stops. Each counted object is held
-by a weak reference whose callback takes its bytes off.
+Op outputs are seen at once (an op callback). Other tensors and variables are listed, weakly,
+when a collection of the youngest gc generation starts, and measured at the next op or when
+counting stops: a collection can start inside any allocation, TensorFlow's own C code
+included (a tensor's constructor, say), where asking TensorFlow about a tensor may read a
+state it is still building; the next op's callback and ``stop`` run where the user's Python
+code could ask the same. Each counted object is held by a weak reference whose callback takes
+its bytes off.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ from pytest_eagersession.assertions.findings import LargeObject
 from pytest_eagersession.kinds import TENSOR, VARIABLE, describe, tensor_nbytes, tensorflow_ready
 from pytest_eagersession.survivors import op_callback
 from pytest_eagersession.tracking import TRACKER, user_code_location
+
+_LISTED_PRUNE_ABOVE = 4096
+"""Listed references kept before the dead ones among them are dropped (no op ran meanwhile)."""
 
 
 class _Entry:
@@ -44,6 +51,8 @@ class TrackedBytes:
         self._largest = largest
         self._entries: dict[int, _Entry] = {}
         self._ignored: dict[int, weakref.ref[Any]] = {}
+        self._listed: list[tuple[weakref.ref[Any], str]] = []
+        """Listed by a collection's start, to measure at the next op or at ``stop``."""
         self._lock = threading.RLock()
         self.current = 0
         self.peak = 0
@@ -52,7 +61,6 @@ class TrackedBytes:
         self._snapshot: list[tuple[int, str, weakref.ref[Any]]] = []
         self.snapshot_peak = 0
         self.running = False
-        self._scanning = False
         self._stack: contextlib.ExitStack | None = None
 
     def largest_at_peak(self) -> list[LargeObject]:
@@ -76,6 +84,7 @@ class TrackedBytes:
     def stop(self) -> None:
         """Count what the last collection did not see, then stop counting."""
         try:
+            self._measure_listed()
             self._scan()
         finally:
             self.running = False
@@ -85,6 +94,7 @@ class TrackedBytes:
             with self._lock:
                 self._entries.clear()  # the weak references die first: no callback fires later
                 self._ignored.clear()
+                self._listed.clear()
 
     def _ignore_young(self) -> None:
         for obj, kind in TRACKER.classifier.find((0, 1)):
@@ -101,7 +111,11 @@ class TrackedBytes:
         op_name: Any = None,
         graph: Any = None,
     ) -> None:
-        if graph is not None or not outputs or not self.running:
+        if not self.running:
+            return
+        if self._listed:
+            self._measure_listed()
+        if graph is not None or not outputs:
             return
         site: str | None = None
         for output in outputs:
@@ -114,28 +128,54 @@ class TrackedBytes:
                 self._add(output, TENSOR, nbytes, site)
 
     def _on_collection(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start" and self.running:
+        if phase == "start" and self.running and tensorflow_ready():
             with contextlib.suppress(Exception):
-                self._scan()
+                self._list_young()
+
+    def _list_young(self) -> None:
+        """Weak references to the young tensors and variables; nothing of TensorFlow's is read."""
+        young = TRACKER.classifier.find((0,))
+        try:
+            listed = []
+            for obj, kind in young:
+                if kind in (TENSOR, VARIABLE):
+                    with contextlib.suppress(TypeError):
+                        listed.append((weakref.ref(obj), kind))
+        finally:
+            del young
+        with self._lock:
+            if len(self._listed) > _LISTED_PRUNE_ABOVE:  # no op for a long while: drop the dead
+                self._listed = [entry for entry in self._listed if entry[0]() is not None]
+            self._listed.extend(listed)
+
+    def _measure_listed(self) -> None:
+        with self._lock:
+            listed, self._listed = self._listed, []
+        for ref, kind in listed:
+            obj = ref()
+            if obj is not None:
+                self._measure(obj, kind)
+            del obj
 
     def _scan(self) -> None:
-        if self._scanning or not tensorflow_ready():
+        if not tensorflow_ready():
             return
-        self._scanning = True  # a collection during the scan calls back here: skip that one
         young = TRACKER.classifier.find((0,))
         try:
             for obj, kind in young:
-                if kind == TENSOR:
-                    nbytes = tensor_nbytes(obj)
-                elif kind == VARIABLE:
-                    nbytes = describe(obj, VARIABLE).nbytes or 0
-                else:
-                    continue
-                if nbytes:
-                    self._add(obj, kind, nbytes, None)
+                self._measure(obj, kind)
         finally:
             del young
-            self._scanning = False
+
+    def _measure(self, obj: object, kind: str) -> None:
+        if kind == TENSOR:
+            nbytes = tensor_nbytes(obj)
+        elif kind == VARIABLE:
+            nbytes = describe(obj, VARIABLE).nbytes or 0
+        else:
+            return
+        if nbytes:
+            self._add(obj, kind, nbytes, None)
 
     def _add(self, obj: object, kind: str, nbytes: int, site: str | None) -> None:
         key = id(obj)
