@@ -77,6 +77,11 @@ def _first_wait() -> float:
     return wait
 
 
+def _lengthen_first_wait() -> None:
+    """The calling thread's last session ended before its first wait did: the next may too."""
+    _THREAD.first_wait = min(2 * _first_wait(), FIRST_WAIT_MOST_S)
+
+
 class GarbageWatch:
     """When a session collects the cyclic garbage it made.
 
@@ -440,7 +445,7 @@ class Cleaner:
 
     def _run(self) -> None:
         if self._stopped:  # its session closed before the thread came to it: a short one
-            _THREAD.first_wait = min(2 * _first_wait(), FIRST_WAIT_MOST_S)
+            _lengthen_first_wait()
             return
         asked = getattr(_THREAD, "prompt_wakeups", None)  # a parked thread asked already
         if asked is None:
@@ -450,7 +455,7 @@ class Cleaner:
         garbage = references.garbage_queue
         watch = self._watch
         shortest, longest = LOOK_INTERVAL_S
-        interval = first_wait = _first_wait()
+        interval = _first_wait()
         woke = False  # whether a wait ended by itself while the session was open
         grew_at = float("-inf")  # nothing grew yet: the looks back off until something does
         skipped = 0  # wakes in a row that read the resident memory alone
@@ -471,8 +476,7 @@ class Cleaner:
             with self._busy:
                 if self._stopped or item is STOP:
                     if not woke and self._wait.ends < float("inf"):
-                        # The session ended inside its first (timed) wait: the next may too.
-                        _THREAD.first_wait = min(2 * first_wait, FIRST_WAIT_MOST_S)
+                        _lengthen_first_wait()  # it ended inside its first timed wait
                     return
                 if item is _TIMED_OUT:
                     if not woke:
