@@ -111,6 +111,19 @@ def test_user_threads_next_to_heap_listings_collections_and_sessions(strategy: s
     assert session.closed
 
 
+def test_user_threads_next_to_a_byte_meter_listing_at_every_collection() -> None:
+    """The same, with a ``ByteMeter`` running: its collection callback lists the young tensors
+    in whichever thread starts a collection, and its op callback measures them in any thread."""
+    from pytest_eagersession.assertions import ByteMeter
+
+    with EagerSession.options().build() as session, ByteMeter() as meter:
+        errors, rounds = stress_tensorflow_threads(STRESS_SECONDS, heap_users=True)
+    assert not errors, f"{len(errors)} error(s):\n" + "\n".join(errors)
+    assert all(rounds.values()), f"a thread did no work: {rounds}"
+    assert meter.objects_made > 0
+    assert session.closed
+
+
 # ----------------------------------------------------------------- the same under the plugin
 
 INNER_SUITE = """

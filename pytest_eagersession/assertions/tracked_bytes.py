@@ -20,10 +20,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from pytest_eagersession import heap
+from pytest_eagersession._tf.classes import byte_holders, variable_nbytes
 from pytest_eagersession.assertions.findings import LargeObject
 from pytest_eagersession.kinds import TENSOR, VARIABLE, describe, tensor_nbytes, tensorflow_ready
 from pytest_eagersession.survivors import op_callback
-from pytest_eagersession.tracking import TRACKER, user_code_location
+from pytest_eagersession.tracking import user_code_location
 
 _LISTED_PRUNE_ABOVE = 4096
 """Listed references kept before the dead ones among them are dropped (no op ran meanwhile)."""
@@ -51,8 +53,12 @@ class TrackedBytes:
         self._largest = largest
         self._entries: dict[int, _Entry] = {}
         self._ignored: dict[int, weakref.ref[Any]] = {}
-        self._listed: list[tuple[weakref.ref[Any], str]] = []
+        self._listed: list[weakref.ref[Any]] = []
         """Listed by a collection's start, to measure at the next op or at ``stop``."""
+        self._tensor_type: type | None = None
+        self._types: frozenset[type] = frozenset()
+        """While running: EagerTensor and every resource variable class, for exact-type listings
+        (a set lookup per object, not an MRO test); dropped at ``stop``."""
         self._lock = threading.RLock()
         self.current = 0
         self.peak = 0
@@ -75,7 +81,7 @@ class TrackedBytes:
         self.running = True
         stack = contextlib.ExitStack()
         self._stack = stack
-        if tensorflow_ready():
+        if self._know_types():
             self._ignore_young()
             stack.enter_context(op_callback(self._on_op))
         gc.callbacks.append(self._on_collection)
@@ -95,12 +101,21 @@ class TrackedBytes:
                 self._entries.clear()  # the weak references die first: no callback fires later
                 self._ignored.clear()
                 self._listed.clear()
+                self._tensor_type, self._types = None, frozenset()
+
+    def _know_types(self) -> bool:
+        if not self._types and tensorflow_ready():
+            tensors, variables = byte_holders()
+            self._tensor_type = tensors
+            self._types = frozenset((tensors, *heap.family(variables)))
+        return bool(self._types)
 
     def _ignore_young(self) -> None:
-        for obj, kind in TRACKER.classifier.find((0, 1)):
-            if kind in (TENSOR, VARIABLE):
-                with contextlib.suppress(TypeError):
-                    self._ignored[id(obj)] = weakref.ref(obj)
+        for ref in heap.of_types_weakly(self._types, (0, 1)):
+            obj = ref()
+            if obj is not None:
+                self._ignored[id(obj)] = ref
+            del obj
 
     def _on_op(
         self,
@@ -128,54 +143,41 @@ class TrackedBytes:
                 self._add(output, TENSOR, nbytes, site)
 
     def _on_collection(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start" and self.running and tensorflow_ready():
+        if phase == "start" and self.running:
             with contextlib.suppress(Exception):
                 self._list_young()
 
     def _list_young(self) -> None:
         """Weak references to the young tensors and variables; nothing of TensorFlow's is read."""
-        young = TRACKER.classifier.find((0,))
-        try:
-            listed = []
-            for obj, kind in young:
-                if kind in (TENSOR, VARIABLE):
-                    with contextlib.suppress(TypeError):
-                        listed.append((weakref.ref(obj), kind))
-        finally:
-            del young
+        if not self._know_types():
+            return
+        young = heap.of_types_weakly(self._types, (0,))
         with self._lock:
             if len(self._listed) > _LISTED_PRUNE_ABOVE:  # no op for a long while: drop the dead
-                self._listed = [entry for entry in self._listed if entry[0]() is not None]
-            self._listed.extend(listed)
+                self._listed = [ref for ref in self._listed if ref() is not None]
+            self._listed.extend(young)
 
     def _measure_listed(self) -> None:
         with self._lock:
             listed, self._listed = self._listed, []
-        for ref, kind in listed:
-            obj = ref()
-            if obj is not None:
-                self._measure(obj, kind)
-            del obj
+        self._measure_each(listed)
 
     def _scan(self) -> None:
-        if not tensorflow_ready():
-            return
-        young = TRACKER.classifier.find((0,))
-        try:
-            for obj, kind in young:
-                self._measure(obj, kind)
-        finally:
-            del young
+        if self._know_types():
+            self._measure_each(heap.of_types_weakly(self._types, (0,)))
 
-    def _measure(self, obj: object, kind: str) -> None:
-        if kind == TENSOR:
-            nbytes = tensor_nbytes(obj)
-        elif kind == VARIABLE:
-            nbytes = describe(obj, VARIABLE).nbytes or 0
-        else:
-            return
-        if nbytes:
-            self._add(obj, kind, nbytes, None)
+    def _measure_each(self, refs: list[weakref.ref[Any]]) -> None:
+        for ref in refs:
+            obj = ref()
+            if obj is None:
+                continue
+            if type(obj) is self._tensor_type:
+                kind, nbytes = TENSOR, tensor_nbytes(obj)
+            else:
+                kind, nbytes = VARIABLE, variable_nbytes(obj)
+            if nbytes:
+                self._add(obj, kind, nbytes, None)
+            del obj
 
     def _add(self, obj: object, kind: str, nbytes: int, site: str | None) -> None:
         key = id(obj)
