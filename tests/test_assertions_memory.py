@@ -226,9 +226,8 @@ def test_a_variable_that_wraps_another_counts_its_buffer_once() -> None:
     import numpy as np
 
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
-    with ByteMeter() as meter:
-        with strategy.scope():
-            variable = tf.Variable(np.zeros((256, 1024), np.float32))  # 1 MiB, one replica
+    with ByteMeter() as meter, strategy.scope():
+        variable = tf.Variable(np.zeros((256, 1024), np.float32))  # 1 MiB, one replica
     assert type(variable).__name__ == "MirroredVariable"  # wraps the replica's variable
     assert MIB <= meter.peak_bytes < MIB + 1024  # 2 MiB when the wrapper counted too
     assert meter.objects_made == 1
