@@ -293,13 +293,14 @@ def test_any_suite_runs_side_by_side_and_its_report_tells_the_cost_and_what_chan
     out = capsys.readouterr().out
     figures = json.loads(figures_path.read_text())
     assert figures["runs"]["on"]["side_by_side"] is True
-    assert figures["runs"]["on"]["cpu_s"] >= 1.4 > figures["runs"]["off"]["cpu_s"]
+    # Only the plugin-on side burns; each side's start-up alone took up to 1.5 s of CPU in CI's
+    # matrix (Python 3.12), so the two are compared, not each to a fixed figure.
+    assert figures["runs"]["on"]["cpu_s"] - figures["runs"]["off"]["cpu_s"] >= 1.0
     assert figures["ratio"]["wall"] > 1.0
     assert figures["differences"] == 0
     assert "plugin on / plugin off:" in out
     assert "tests whose outcome differs: 0" in out
-    # One test ran a side; the plugin-on side's burned 1.5 s of CPU: that is its cost per test,
-    # give or take the sides' start-up (the off side's took 0.12 s more once, in CI's matrix).
+    # One test ran a side, so the on side's extra CPU is the plugin's cost per test.
     runs = figures["runs"]
     added_ms = (runs["on"]["cpu_s"] - runs["off"]["cpu_s"]) * 1e3
     assert figures["per_test_ms"]["cpu"] == pytest.approx(added_ms, abs=5)
