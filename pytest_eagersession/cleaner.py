@@ -27,8 +27,8 @@ from typing import Any
 
 from pytest_eagersession import workers
 from pytest_eagersession._tf import is_ready as tensorflow_ready
-from pytest_eagersession._tf.classes import byte_holders, tensor_measures, variable_nbytes
-from pytest_eagersession.heap import BOUNDARY, family, measured, others
+from pytest_eagersession._tf.classes import byte_holder_types, tensor_measures, variable_nbytes
+from pytest_eagersession.heap import BOUNDARY, measured, others
 from pytest_eagersession.references import STOP, WAKE, ReferenceRegistry, report_failures
 from pytest_eagersession.resident import RESIDENT
 from pytest_eagersession.tracking import TRACKER, Owner
@@ -278,8 +278,8 @@ class GarbageWatch:
             return None
         started = time.thread_time()
         tensors, measures = tensor_measures()
-        if not self._types:  # every concrete class: a set lookup per object, not an MRO test
-            self._types = frozenset((tensors, *family(byte_holders()[1])))
+        if not self._types:
+            self._types = byte_holder_types()[1]
         try:
             # Weakly: TensorFlow's C functions let other threads run now and then, and the
             # code is often still using what is listed (nothing of ours may show as a holder).

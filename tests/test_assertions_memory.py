@@ -232,3 +232,20 @@ def test_a_variable_that_wraps_another_counts_its_buffer_once() -> None:
     assert MIB <= meter.peak_bytes < MIB + 1024  # 2 MiB when the wrapper counted too
     assert meter.objects_made == 1
     del variable
+
+
+def test_a_collection_that_ends_after_the_meter_stopped_keeps_nothing_of_it() -> None:
+    import threading
+
+    meter = ByteMeter()
+    with meter:
+        kept = tf.constant([1.0, 2.0])
+    tracked = meter._tracked
+    # A collection in another thread passed the running check just before ``stop``; its
+    # listing then goes on, after ``stop`` emptied the meter.
+    late = threading.Thread(target=tracked._list_young)
+    late.start()
+    late.join()
+    assert tracked._types == frozenset()  # TensorFlow's variable classes, and any user's
+    assert tracked._listed == []
+    del kept

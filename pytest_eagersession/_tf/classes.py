@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_eagersession.heap import family
+
 TENSOR = "tensor"
 RESOURCE_HANDLE = "resource handle"
 VARIABLE = "variable"
@@ -36,6 +38,14 @@ def byte_holders() -> tuple[type, type]:
     from tensorflow.python.ops.resource_variable_ops import BaseResourceVariable
 
     return (EagerTensor, BaseResourceVariable)
+
+
+def byte_holder_types() -> tuple[type, frozenset[type]]:
+    """EagerTensor, and it with every concrete resource variable class, for listings by exact type
+    (a set lookup per object, not an MRO test). Made anew each time: an import may define a new
+    kind of variable, and a caller holds the set only while it counts."""
+    tensors, variables = byte_holders()
+    return tensors, frozenset((tensors, *family(variables)))
 
 
 @functools.cache

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_eagersession import heap
-from pytest_eagersession._tf.classes import byte_holders, variable_nbytes
+from pytest_eagersession._tf.classes import byte_holder_types, variable_nbytes
 from pytest_eagersession.assertions.findings import LargeObject
 from pytest_eagersession.kinds import TENSOR, VARIABLE, describe, tensor_nbytes, tensorflow_ready
 from pytest_eagersession.survivors import op_callback
@@ -105,9 +105,10 @@ class TrackedBytes:
 
     def _know_types(self) -> bool:
         if not self._types and tensorflow_ready():
-            tensors, variables = byte_holders()
-            self._tensor_type = tensors
-            self._types = frozenset((tensors, *heap.family(variables)))
+            tensors, types = byte_holder_types()
+            with self._lock:  # ``stop`` clears them under the lock: none is kept after it
+                if self.running:
+                    self._tensor_type, self._types = tensors, types
         return bool(self._types)
 
     def _ignore_young(self) -> None:
