@@ -33,7 +33,7 @@ from pytest_eagersession.holders import (
     walk,
 )
 from pytest_eagersession.native import native_holder
-from pytest_eagersession.root_kinds import describe_root
+from pytest_eagersession.root_kinds import describe_root, library_state
 from pytest_eagersession.routes import KnownRoutes
 
 #: TensorFlow's and Keras's module state that keeps what user code put there, by the chain's start:
@@ -110,6 +110,8 @@ class Explanation:
     """With no Python holder: the native holder that likely keeps it, and who holds that."""
     holder: str | None = None
     """What kind of holder the chain's root is, in one line (``root_kinds.describe_root``)."""
+    library: bool = False
+    """The chain starts in an installed library's state (``root_kinds.library_state``)."""
 
     @property
     def certain(self) -> bool:
@@ -118,6 +120,7 @@ class Explanation:
             self.chain is not None
             and self.root == "module"
             and not self.internal
+            and not self.library
             and self.cause != OWN_STATE_CAUSE
         )
 
@@ -233,6 +236,7 @@ def explain_all(
                     root=root.kind,
                     cause=_cause(text),
                     holder=describe_root(root, chain, text.split(" -> ", 1)[0]),
+                    library=root.kind == "module" and library_state(root, chain),
                 )
             )
         return explanations

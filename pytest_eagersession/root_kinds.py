@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import os
+import sys
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -46,7 +47,7 @@ def describe_root(root: Root, chain: Sequence[Any], first_link: str) -> str:
             thread = root.name[len(_THREAD) :].split(": ", 1)[0]
             return f"a local variable of the running thread {thread!r}"
         return "a local variable of a function still running"
-    module = root.obj if isinstance(root.obj, types.ModuleType) else None
+    module = owning_module(root, chain)
     name = module.__name__ if module is not None else root.name
     held = chain[1] if len(chain) > 1 else None
     hint = _clear_hint(where, held)
@@ -67,6 +68,26 @@ def describe_root(root: Root, chain: Sequence[Any], first_link: str) -> str:
     if not hint and isinstance(held, (dict, list, set)):
         hint = "; clear it in a fixture, or monkeypatch a fresh one for each test"
     return f"{kind}{hint}"
+
+
+def owning_module(root: Root, chain: Sequence[Any]) -> types.ModuleType | None:
+    """The module whose state a chain from a module root is: the root, or the module that
+    defines the class the chain goes through first when the root only imported it
+    (``gpflow.base.Transform._cache`` is TensorFlow Probability's ``Bijector._cache``)."""
+    module = root.obj if isinstance(root.obj, types.ModuleType) else None
+    held = chain[1] if module is not None and len(chain) > 1 else None
+    if isinstance(held, type):
+        owner = sys.modules.get(getattr(held, "__module__", None) or "")
+        if isinstance(owner, types.ModuleType) and getattr(owner, "__file__", None):
+            return owner
+    return module
+
+
+def library_state(root: Root, chain: Sequence[Any]) -> bool:
+    """Whether a chain from a module root starts in an installed library's state (site-packages),
+    which later code may still use, rather than in the user's own modules."""
+    module = owning_module(root, chain)
+    return module is not None and _installed(getattr(module, "__file__", None) or "")
 
 
 def _clear_hint(where: str, held: object) -> str:

@@ -84,6 +84,25 @@ def test_an_lru_cache_says_how_to_empty_it(fake_library: None) -> None:
     )
 
 
+def test_a_library_class_imported_by_user_code_is_the_librarys_state(
+    fake_library: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    library = module("fakelib.bijector", "/v/lib/python3.11/site-packages/fakelib/bijector.py")
+    monkeypatch.setitem(sys.modules, "fakelib.bijector", library)
+    bijector = type("Bijector", (), {"__module__": "fakelib.bijector", "_cache": {}})
+    user = module("gp.base", "/repo/gp/base.py")
+    user.Transform = bijector  # type: ignore[attr-defined]  # what "from fakelib import" does
+    root = Root("gp.base", user, "module")
+    chain = [user, bijector, bijector._cache]
+    assert root_kinds.owning_module(root, chain) is library
+    assert root_kinds.library_state(root, chain)
+    said = describe_root(root, chain, "gp.base.Transform._cache (dict)")
+    assert said == "a module-level cache or registry of the library fake-lib"
+    own = type("Cache", (), {"__module__": "gp.base"})
+    assert not root_kinds.library_state(root, [user, own])  # the user's own class
+    assert not root_kinds.library_state(root, [user, {}])  # the user's own dict
+
+
 def test_frames_and_pytest_are_named() -> None:
     frame = sys._getframe()
     thread = Root("thread prefetcher: frame of run (t.py:3)", frame, "frame")
@@ -161,3 +180,48 @@ def test_a_context_variables_value_has_a_python_holder(pytester: pytest.Pytester
         ]
     )
     result.stdout.no_fnmatch_line("*no Python holder*")
+
+
+REEXPORTED_SUITE = """
+    import tensorflow as tf
+    from app_helpers import Registry  # the user's module, which imported the library's class
+
+    def test_keeps_a_variable_in_a_librarys_class():
+        Registry.items.append(tf.Variable([1.0, 2.0]))
+
+    def test_a_later_test_still_uses_it():
+        assert Registry.items[0].numpy().tolist() == [1.0, 2.0]
+"""
+
+
+def test_a_variable_a_librarys_class_keeps_is_reported_and_left_usable(
+    pytester: pytest.Pytester,
+) -> None:
+    """Later code may use what a library keeps: the report names it, nothing is cut off."""
+    site = pytester.path / "lib" / "site-packages"
+    (site / "fakereg").mkdir(parents=True)
+    (site / "fakereg" / "__init__.py").write_text("class Registry:\n    items = []\n")
+    info = site / "fake_reg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-reg\nVersion: 1.0\n")
+    (info / "top_level.txt").write_text("fakereg\n")
+    pytester.syspathinsert(site)
+    root_kinds._packages.cache_clear()
+    root_kinds._distribution.cache_clear()
+    pytester.makepyfile(app_helpers="from fakereg import Registry\n", test_reg=REEXPORTED_SUITE)
+    try:
+        result = run_inner(pytester)
+    finally:
+        for name in ("fakereg", "app_helpers"):
+            sys.modules.pop(name, None)
+        root_kinds._packages.cache_clear()
+        root_kinds._distribution.cache_clear()
+    result.assert_outcomes(passed=2, errors=1)  # cut off, the later test failed
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_keeps_a_variable_in_a_librarys_class*",
+            "*held by app_helpers.Registry.items (list) -> [[]0] -> ResourceVariable",
+            "     holder: a module-level cache or registry of the library fake-reg",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*cut off their TensorFlow resources*")
