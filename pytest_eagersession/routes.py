@@ -8,8 +8,11 @@ the live module, link by link, checking each link's type, and looks for its obje
 container's references: a chain found so is as real as the walk's, at the cost of a few lookups
 instead of a walk of the heap. A registry or cache keeps each test's object under a key of its
 own, so a route to the last test's entry misses the next one: what the routes did not find is
-then looked for near the globals they start at, breadth first, a few links deep and a bounded
-number of objects (``NEARBY_OBJECTS``), before the walk of the heap. A route that no longer
+then looked for along each route's types, taking at every link each child of the type the route
+reached there, whatever its key (``TYPED_OBJECTS``: a cache of traced graphs keys a test's
+objects several links deep), then near the globals the routes start at, breadth first, a few
+links deep (``NEARBY_OBJECTS``), before the walk of the heap; each search meets a bounded
+number of objects. A route that no longer
 leads anywhere is dropped; what neither finds is left to the walk. Only names, numbers and type
 names are kept: no object.
 """
@@ -34,6 +37,9 @@ MOST_ROUTES = 64
 NEARBY_OBJECTS = 20_000
 #: How many links beyond the longest route from a global that search goes.
 NEARBY_EXTRA_LINKS = 2
+
+#: The most objects the search along the routes' types meets, over all routes of one report.
+TYPED_OBJECTS = 100_000
 
 #: A link: a module's global by name, or the child's place among its parent's references.
 Step = tuple[str, str | int]
@@ -105,8 +111,9 @@ class KnownRoutes:
                 first, longest = starts.get(start, (route, 0))
                 starts[start] = (first, max(longest, len(route.steps)))
             if not complete:
-                del self._routes[key]  # the module or a link is gone: the route leads nowhere
-                path.clear()
+                if len(path) < 2:  # the module or its global is gone: the route leads nowhere
+                    del self._routes[key]
+                path.clear()  # else a link moved (a cache's entries come and go): by types
                 continue
             root = Root(route.root, path[0], "module", route.internal)
             for child in _children(path[-1]):
@@ -118,6 +125,11 @@ class KnownRoutes:
         for key in useful:
             if key in self._routes:
                 self._routes.move_to_end(key, last=False)
+        if wanted:
+            typed = self._along_types(wanted)
+            for root, chain in typed.values():
+                self.learn(root, chain)
+            found.update(typed)
         if wanted and starts:
             nearby = self._near(starts.values(), wanted)
             for root, chain in nearby.values():
@@ -127,17 +139,31 @@ class KnownRoutes:
         self.hits += len(found)
         return found
 
+    def _along_types(self, wanted: dict[int, object]) -> dict[int, tuple[Root, list[Any]]]:
+        """Chains to ``wanted`` objects that take each route's links by type, whatever their
+        places: a cache that keeps each call's entry under a key of its own, several links deep
+        (a library's cache of traced graphs), holds the next test's objects the same way."""
+        found: dict[int, tuple[Root, list[Any]]] = {}
+        budget = TYPED_OBJECTS
+        namespaces = _namespaces()
+        for route in list(self._routes.values()):
+            if not wanted or budget <= 0:
+                break
+            paths, budget = _by_types(route, wanted, budget, namespaces)
+            if paths:
+                module = sys.modules[route.root]
+                root = Root(route.root, module, "module", route.internal)
+                for key, path in paths.items():
+                    found[key] = (root, [module, *path])
+        return found
+
     def _near(
         self, starts: Iterable[tuple[Route, int]], wanted: dict[int, object]
     ) -> dict[int, tuple[Root, list[Any]]]:
         """Chains to ``wanted`` objects found within a few links of the routes' globals."""
         found: dict[int, tuple[Root, list[Any]]] = {}
         budget = NEARBY_OBJECTS
-        namespaces = {
-            id(vars(module))
-            for module in list(sys.modules.values())
-            if issubclass(type(module), types.ModuleType)
-        }
+        namespaces = _namespaces()
         for route, longest in starts:
             if not wanted or budget <= 0:
                 break
@@ -153,6 +179,59 @@ class KnownRoutes:
             for key, path in paths.items():
                 found[key] = (root, [module, *path])
         return found
+
+
+def _namespaces() -> set[int]:
+    """The ids of the modules' namespaces, which no search enters (the walk starts at them)."""
+    return {
+        id(vars(module))
+        for module in list(sys.modules.values())
+        if issubclass(type(module), types.ModuleType)
+    }
+
+
+def _by_types(
+    route: Route, wanted: dict[int, object], budget: int, namespaces: set[int]
+) -> tuple[dict[int, list[Any]], int]:
+    """Paths from ``route``'s global to ``wanted`` objects (popped from it) whose every link
+    reaches an object of the type the route's link reached, meeting at most ``budget`` objects;
+    and the budget left. The first link is the global itself; the rest are taken by type."""
+    module = sys.modules.get(route.root)
+    kind, name = route.steps[0]
+    if not isinstance(module, types.ModuleType) or kind != "global" or not isinstance(name, str):
+        return {}, budget
+    start = vars(module).get(name)
+    if start is None or type(start).__name__ != route.types[0]:
+        return {}, budget
+    level: list[list[Any]] = [[start]]
+    try:
+        for type_name in route.types[1:]:
+            below: list[list[Any]] = []
+            seen: set[int] = set()
+            for path in level:
+                children = _links(path[-1])
+                budget -= len(children)
+                for child in children:
+                    key = id(child)
+                    if type(child).__name__ != type_name or key in seen or key in namespaces:
+                        continue
+                    seen.add(key)
+                    below.append([*path, child])
+                del children
+                if budget <= 0:
+                    return {}, budget
+            level.clear()
+            level = below
+        paths: dict[int, list[Any]] = {}
+        for path in level:
+            for child in _children(path[-1]):
+                key = id(child)
+                if key in wanted and wanted[key] is child:
+                    del wanted[key]
+                    paths[key] = [*path, child]
+        return paths, budget
+    finally:
+        level.clear()
 
 
 def _step(parent: Any, child: Any) -> Step | None:

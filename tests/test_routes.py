@@ -119,6 +119,49 @@ def test_an_entry_under_a_new_key_is_found_near_the_known_holder(
     assert again.chain == "fake_library.REGISTRY (dict) -> ['c'].call -> Thing"
 
 
+class Graph:
+    """A traced function's graph: what it captured, by id."""
+
+    def __init__(self, captured: object) -> None:
+        self.captures = {id(captured): captured}
+
+
+def _traced(library: types.ModuleType, key: str) -> Thing:
+    """A call cached under ``key``, whose graph captured a new Thing (a key of its own twice)."""
+    kept = Thing()
+    library.GRAPHS[key] = (Graph(kept),)
+    return kept
+
+
+def test_an_entry_several_keys_deep_is_found_along_the_routes_types(
+    library: types.ModuleType, walks: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    library.GRAPHS = {f"filler{n}": [[n]] for n in range(200)}  # type: ignore[attr-defined]
+    routes = KnownRoutes()
+    explain.explain_all([_traced(library, "a")], routes=routes)
+    assert walks == [1]
+    monkeypatch.setattr(routes_module, "NEARBY_OBJECTS", 50)  # the fillers exhaust that search
+
+    del library.GRAPHS["a"]  # the route's entry is gone: its places lead elsewhere now
+    library.GRAPHS["late"] = [[0]]
+    kept = _traced(library, "b")
+    [typed] = explain.explain_all([kept], routes=routes)
+    assert walks == [1, 0]  # no walk of the heap
+    assert routes.hits == 1
+    [walked] = explain.explain_all([kept])
+    assert typed.chain == walked.chain
+    assert typed.chain == (
+        f"fake_library.GRAPHS (dict) -> ['b'] (tuple) -> [0] (Graph).captures (dict) -> "
+        f"[{id(kept)}] -> Thing"
+    )
+
+    monkeypatch.setattr(routes_module, "TYPED_OBJECTS", 50)  # bounded too: the walk finds it
+    [bounded] = explain.explain_all([_traced(library, "c")], routes=routes)
+    assert walks == [1, 0, 1, 1]
+    assert bounded.chain is not None
+    assert bounded.chain.startswith("fake_library.GRAPHS (dict) -> ['c']")
+
+
 def test_the_search_near_a_holder_is_bounded_and_leaves_the_rest_to_the_walk(
     library: types.ModuleType, walks: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -127,6 +170,7 @@ def test_the_search_near_a_holder_is_bounded_and_leaves_the_rest_to_the_walk(
     explain.explain_all([_registered(library, "a")], routes=routes)
     library.REGISTRY.update({f"filler{n}": [n] for n in range(50)})
     monkeypatch.setattr(routes_module, "NEARBY_OBJECTS", 20)  # spent on the fillers
+    monkeypatch.setattr(routes_module, "TYPED_OBJECTS", 0)  # only the search near the holder
     kept = _registered(library, "b")
     [found] = explain.explain_all([kept], routes=routes)
     assert walks == [1, 1]
