@@ -12,9 +12,8 @@ then looked for along each route's types, taking at every link each child of the
 reached there, whatever its key (``TYPED_OBJECTS``: a cache of traced graphs keys a test's
 objects several links deep), then near the globals the routes start at, breadth first, a few
 links deep (``NEARBY_OBJECTS``), before the walk of the heap; each search meets a bounded
-number of objects. A route that no longer
-leads anywhere is dropped; what neither finds is left to the walk. Only names, numbers and type
-names are kept: no object.
+number of objects. A route whose module or global is gone is dropped; what none of them finds
+is left to the walk. Only names, numbers and type names are kept: no object.
 """
 
 from __future__ import annotations
@@ -196,6 +195,8 @@ def _by_types(
     """Paths from ``route``'s global to ``wanted`` objects (popped from it) whose every link
     reaches an object of the type the route's link reached, meeting at most ``budget`` objects;
     and the budget left. The first link is the global itself; the rest are taken by type."""
+    if not route.steps:  # the object was the global itself: the routes' own loop looked there
+        return {}, budget
     module = sys.modules.get(route.root)
     kind, name = route.steps[0]
     if not isinstance(module, types.ModuleType) or kind != "global" or not isinstance(name, str):

@@ -119,6 +119,23 @@ def test_an_entry_under_a_new_key_is_found_near_the_known_holder(
     assert again.chain == "fake_library.REGISTRY (dict) -> ['c'].call -> Thing"
 
 
+def test_a_leak_that_was_a_global_itself_gives_a_route_that_only_looks_at_globals(
+    library: types.ModuleType, walks: list[int]
+) -> None:
+    routes = KnownRoutes()
+    library.KEPT = Thing()  # type: ignore[attr-defined]
+    explain.explain_all([library.KEPT], routes=routes)
+    assert len(routes) == 1  # a route of no links: the module's globals
+
+    library.AGAIN = Thing()  # type: ignore[attr-defined]
+    elsewhere = Thing()
+    library.CACHE["batches"].append(elsewhere)
+    again, walked = explain.explain_all([library.AGAIN, elsewhere], routes=routes)
+    assert walks == [1, 1]  # the global by the route, the rest by the walk
+    assert again.chain == "fake_library.AGAIN -> Thing"
+    assert walked.chain == "fake_library.CACHE (dict) -> ['batches'] (list) -> [0] -> Thing"
+
+
 class Graph:
     """A traced function's graph: what it captured, by id."""
 
