@@ -124,17 +124,23 @@ LIBRARY_SUITE = """
 """
 
 
-def test_a_library_cache_is_named_in_the_report(pytester: pytest.Pytester) -> None:
+def install_library(pytester: pytest.Pytester, package: str, distribution: str, code: str) -> None:
+    """``package`` (its ``__init__`` is ``code``) installed in a site-packages folder on the path,
+    by the distribution ``distribution``."""
     site = pytester.path / "lib" / "site-packages"
-    (site / "fakelib").mkdir(parents=True)
-    (site / "fakelib" / "__init__.py").write_text("REGISTRY = {}\n")
-    info = site / "fake_lib-1.0.dist-info"
+    (site / package).mkdir(parents=True)
+    (site / package / "__init__.py").write_text(code)
+    info = site / f"{distribution.replace('-', '_')}-1.0.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-lib\nVersion: 1.0\n")
-    (info / "top_level.txt").write_text("fakelib\n")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0\n")
+    (info / "top_level.txt").write_text(f"{package}\n")
     pytester.syspathinsert(site)
     root_kinds._packages.cache_clear()  # the distributions are listed again, with this one
     root_kinds._distribution.cache_clear()
+
+
+def test_a_library_cache_is_named_in_the_report(pytester: pytest.Pytester) -> None:
+    install_library(pytester, "fakelib", "fake-lib", "REGISTRY = {}\n")
     pytester.makepyfile(test_lib=LIBRARY_SUITE)
     try:
         result = run_inner(pytester)
@@ -198,16 +204,7 @@ def test_a_variable_a_librarys_class_keeps_is_reported_and_left_usable(
     pytester: pytest.Pytester,
 ) -> None:
     """Later code may use what a library keeps: the report names it, nothing is cut off."""
-    site = pytester.path / "lib" / "site-packages"
-    (site / "fakereg").mkdir(parents=True)
-    (site / "fakereg" / "__init__.py").write_text("class Registry:\n    items = []\n")
-    info = site / "fake_reg-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-reg\nVersion: 1.0\n")
-    (info / "top_level.txt").write_text("fakereg\n")
-    pytester.syspathinsert(site)
-    root_kinds._packages.cache_clear()
-    root_kinds._distribution.cache_clear()
+    install_library(pytester, "fakereg", "fake-reg", "class Registry:\n    items = []\n")
     pytester.makepyfile(app_helpers="from fakereg import Registry\n", test_reg=REEXPORTED_SUITE)
     try:
         result = run_inner(pytester)
