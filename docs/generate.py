@@ -57,6 +57,16 @@ class Produced:
     outcomes: dict[str, str]
 
 
+#: ``python -m pytest`` without the current folder first on sys.path: the examples run from the
+#: root, and the package they import must be the installed one when the tests run against the
+#: installed wheel, never the tree's.
+PYTEST_OUTSIDE_THE_TREE = (
+    sys.executable,
+    "-c",
+    "import sys, pytest; del sys.path[0]; sys.exit(pytest.main())",
+)
+
+
 def environment() -> dict[str, str]:
     """The subprocesses' environment: CPU only, quiet TensorFlow, a fixed terminal width."""
     env = dict(os.environ)
@@ -141,9 +151,7 @@ def run_examples(folder: Path) -> tuple[str, Path, Path]:
     report_json = folder / "eagersession.json"
     report_xml = folder / "junit.xml"
     command = [
-        sys.executable,
-        "-m",
-        "pytest",
+        *PYTEST_OUTSIDE_THE_TREE,
         "docs/examples",
         "-v",
         "--tb=short",

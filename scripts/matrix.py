@@ -1,10 +1,15 @@
 """The version matrix: the test suite on every supported Python and TensorFlow pair.
 
 For each pair, a virtual environment is built once under ``.venvs-matrix/`` (rebuilt when
-``pyproject.toml`` changes) with the project installed in editable mode, its ``test`` extra and
-that TensorFlow release; then the test suite runs in it. On the newest and the oldest pair the
-real-suite gate's plugin-on run follows (``benchmarks/realsuite.py --only on``). A pair whose
-interpreter is missing is skipped with a message. Prints a table; exit status 1 if any pair
+``pyproject.toml`` changes) with the project's wheel from ``dist/`` (``./scripts/dist`` builds
+it) installed as users install it, not editable, with its ``test`` extra and that TensorFlow
+release; a cached environment gets the wheel reinstalled. The oldest pair installs the lowest
+release of each dependency that ``pyproject.toml`` accepts (pytest, objgraph, TensorFlow), so
+that the floors it declares are ones that run. Then the test suite runs in it, from a scratch
+folder outside the source tree, so that what it imports is the installed package. On the
+newest and the oldest pair the real-suite gate's plugin-on run follows
+(``benchmarks/realsuite.py --only on``). A pair whose interpreter is missing is skipped with a
+message. Prints a table; exit status 1 if any pair
 that ran failed, pre-releases aside.
 
 Pre-releases: the next TensorFlow's release candidate, with the newest Python it has wheels for
@@ -15,7 +20,11 @@ It shows early what the next release changes. Its environment takes the newest c
 that release when it is built; delete ``.venvs-matrix/PAIR`` to take a newer one.
 
     ./scripts/matrix [--pair PAIR ...] [--skip PAIR ...] [--no-gate] [--setup-only] [--list]
-                     [-n WORKERS] [--markdown PATH] [-- PYTEST_ARGS]
+                     [-n WORKERS] [--markdown PATH] [--ran PAIR=VENV=LOG] [-- PYTEST_ARGS]
+
+``--ran`` puts a pair that ran elsewhere into the table (``./scripts/test`` runs its own
+environment's pair, the installed wheel, and skips it here): its versions are read from VENV
+and its result from the pytest log LOG.
 
 Standard library only: it runs before any environment exists.
 """
@@ -29,13 +38,16 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 ROOT = Path(__file__).resolve().parent.parent
 VENVS = ROOT / ".venvs-matrix"
+DIST = ROOT / "dist"
 TAIL_LINES = 60  # of a failed run's log, printed
 
 
@@ -49,18 +61,42 @@ class Pair:
     """Also run the real-suite gate's plugin-on side here."""
     prerelease: bool = False
     """A release candidate of ``tensorflow``, outside the tested range: allowed to fail."""
+    floors: bool = False
+    """Install the lowest releases ``pyproject.toml`` accepts (``tensorflow`` must be its
+    floor's minor release)."""
 
     @property
     def name(self) -> str:
         return f"py{self.python}-tf{self.tensorflow}{'-pre' if self.prerelease else ''}"
 
     @property
-    def requirement(self) -> str:
-        """What pip installs: the release, or its newest pre-release (named in the specifier,
-        so that pip takes pre-releases of TensorFlow alone, not of its dependencies)."""
+    def requirements(self) -> tuple[str, ...]:
+        """What pip installs beside the wheel: the release, its newest pre-release (named in
+        the specifier, so that pip takes pre-releases of TensorFlow alone, not of its
+        dependencies), or every floor."""
+        if self.floors:
+            return floors()
         if self.prerelease:
-            return f"tensorflow-cpu~={self.tensorflow}.0rc0"
-        return f"tensorflow-cpu=={self.tensorflow}.*"
+            return (f"tensorflow-cpu~={self.tensorflow}.0rc0",)
+        return (f"tensorflow-cpu=={self.tensorflow}.*",)
+
+
+#: ``name>=floor`` (extras and an upper bound may follow): the floor of a requirement.
+FLOOR = re.compile(r"(?P<name>[A-Za-z0-9_.-]+)(?:\[[^\]]*\])?\s*>=\s*(?P<floor>[0-9][0-9.]*)\b")
+
+
+def floors(pyproject: Path = ROOT / "pyproject.toml") -> tuple[str, ...]:
+    """``name==floor`` for each dependency and for the ``cpu`` extra's TensorFlow."""
+    import tomllib  # Python 3.11: ./scripts/matrix runs python3.11 where it can
+
+    project = tomllib.loads(pyproject.read_text())["project"]
+    pins = []
+    for requirement in [*project["dependencies"], *project["optional-dependencies"]["cpu"]]:
+        match = FLOOR.match(requirement)
+        if match is None:
+            raise ValueError(f"pyproject.toml: {requirement!r} declares no floor (>=)")
+        pins.append(f"{match['name']}=={match['floor']}")
+    return tuple(pins)
 
 
 #: The tested range, newest pair first and oldest last (the gate runs on both), then pre-releases.
@@ -69,7 +105,7 @@ PAIRS: tuple[Pair, ...] = (
     Pair("3.12", "2.21"),
     Pair("3.11", "2.21"),
     Pair("3.10", "2.21"),
-    Pair("3.11", "2.16", gate=True),
+    Pair("3.11", "2.16", gate=True, floors=True),
     # TensorFlow 2.22.0rc0 has wheels for Python 3.10 to 3.14; 3.14 is not installed here.
     Pair("3.13", "2.22", prerelease=True),
 )
@@ -111,42 +147,61 @@ def interpreter(version: str) -> str | None:
     return None
 
 
+def wheel() -> Path:
+    """The one wheel of the project in ``dist/``."""
+    found = sorted(DIST.glob("pytest_eagersession-*.whl"))
+    if len(found) != 1:
+        raise FileNotFoundError(f"{DIST} holds {len(found)} wheels, not one: run ./scripts/dist")
+    return found[0]
+
+
 def environment(pair: Pair, python: str) -> tuple[Path, str]:
-    """The pair's virtual environment, built if its stamp is missing; ``(venv, how)``."""
+    """The pair's virtual environment, built if its stamp is missing, with the wheel in
+    ``dist/`` installed anew either way; ``(venv, how)``."""
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
     venv = VENVS / pair.name
     stamp = venv / f".installed-{digest}"
+    built = wheel()
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+    log = venv / "setup.txt"
     if stamp.exists():
+        with log.open("a") as out:
+            install(out, [*pip, "--no-deps", "--force-reinstall", str(built)])
         return venv, "cached"
     started = time.perf_counter()
     shutil.rmtree(venv, ignore_errors=True)
     print(f"== {pair.name}: building {venv} (TensorFlow is large: about a minute)", flush=True)
     subprocess.run([python, "-m", "venv", str(venv)], check=True)
-    log = venv / "setup.txt"
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
     with log.open("w") as out:
-        for command in (
-            [*pip, "--upgrade", "pip"],
-            [*pip, "-e", f"{ROOT}[test]", pair.requirement],
-        ):
-            if subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode:
-                print(log.read_text(errors="replace")[-3000:], file=sys.stderr)
-                raise subprocess.CalledProcessError(1, command)
+        install(out, [*pip, "--upgrade", "pip"])
+        install(out, [*pip, f"{built}[test]", *pair.requirements])
     stamp.touch()
     return venv, f"built in {time.perf_counter() - started:.0f} s"
 
 
+def install(log: TextIO, command: list[str]) -> None:
+    """Run a pip command into ``log``; on failure print the log's end and raise."""
+    log.flush()
+    if subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode:
+        log.flush()
+        print(Path(log.name).read_text(errors="replace")[-3000:], file=sys.stderr)
+        raise subprocess.CalledProcessError(1, command)
+
+
 def run(venv: Path, command: Sequence[str], log: Path) -> tuple[int, str]:
-    """Run ``command`` in ``venv`` from the project root; ``(status, last summary line)``."""
+    """Run ``command`` in ``venv`` from a scratch folder outside the source tree (so that the
+    package imported is the installed one: tests/conftest.py refuses the tree's, told by
+    ``EAGERSESSION_TEST_INSTALLED``); ``(status, last summary line)``."""
     env = dict(os.environ)
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["VIRTUAL_ENV"] = str(venv)
+    env["EAGERSESSION_TEST_INSTALLED"] = str(ROOT)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.pop("PYTHONPATH", None)
-    with log.open("w") as out:
+    with log.open("w") as out, tempfile.TemporaryDirectory(prefix="matrix-") as scratch:
         status = subprocess.run(
             [str(venv / "bin" / "python"), *command],
-            cwd=ROOT,
+            cwd=scratch,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -164,7 +219,7 @@ def run(venv: Path, command: Sequence[str], log: Path) -> tuple[int, str]:
 
 
 def versions(venv: Path) -> str:
-    """The exact Python, TensorFlow and Keras versions installed in ``venv``.
+    """The exact Python, TensorFlow, Keras and pytest versions installed in ``venv``.
 
     TensorFlow's release candidates depend on ``keras-nightly``, not ``keras``.
     """
@@ -175,7 +230,8 @@ def versions(venv: Path) -> str:
             "import importlib.metadata as m, platform; "
             "keras = [d.version for d in m.distributions() "
             "if d.metadata['Name'].lower().replace('_', '-') in ('keras', 'keras-nightly')]; "
-            "print(platform.python_version(), m.version('tensorflow-cpu'), (keras or ['?'])[0])",
+            "print(platform.python_version(), m.version('tensorflow-cpu'), (keras or ['?'])[0], "
+            "m.version('pytest'))",
         ],
         capture_output=True,
         text=True,
@@ -204,18 +260,25 @@ def check(
         outcome.setup = f"set-up failed: {' '.join(map(str, error.cmd))}"
         outcome.failed = True
         return outcome
+    except FileNotFoundError as error:
+        outcome.setup = f"set-up failed: {error}"
+        outcome.failed = True
+        return outcome
     outcome.notes.append(versions(venv))
     if setup_only:
         return outcome
     logs = venv / "logs"
     logs.mkdir(exist_ok=True)
     print(f"== {pair.name}: the test suite (log: {logs / 'tests.txt'})", flush=True)
-    command = ["-m", "pytest", "-q", "-p", "no:cacheprovider", *workers, *pytest_args]
+    command = [
+        *("-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT)),
+        *("-q", "-p", "no:cacheprovider", *workers, str(ROOT / "tests"), *pytest_args),
+    ]
     status, outcome.tests = run(venv, command, logs / "tests.txt")
     outcome.failed |= status != 0
     if gate and pair.gate:
         print(f"== {pair.name}: the real-suite gate, plugin on (log: {logs / 'gate.txt'})")
-        gate_command = ["benchmarks/realsuite.py", "--only", "on", *workers]
+        gate_command = [str(ROOT / "benchmarks" / "realsuite.py"), "--only", "on", *workers]
         status, outcome.gate = run(venv, gate_command, logs / "gate.txt")
         outcome.failed |= status != 0
     outcome.seconds = time.perf_counter() - started
@@ -249,7 +312,9 @@ def exit_status(outcomes: Sequence[Outcome]) -> int:
 
 
 def table(outcomes: Sequence[Outcome]) -> str:
-    rows = [("pair", "installed (Python, TF, Keras)", "environment", "tests", "gate", "result")]
+    rows = [
+        ("pair", "installed (Python, TF, Keras, pytest)", "environment", "tests", "gate", "result")
+    ]
     for o in outcomes:
         installed = o.notes[0] if o.notes else "-"
         rows.append((o.pair.name, installed, o.setup, o.tests, gate_summary(o.gate), result(o)))
@@ -267,19 +332,37 @@ def markdown(outcomes: Sequence[Outcome]) -> str:
         return re.sub(r",? *\d+ warnings?|,? in [\d.]+s.*$", "", summary).strip() or "-"
 
     lines = [
-        "| Python | TensorFlow | Keras | test suite | real-suite gate, plugin on |",
-        "|---|---|---|---|---|",
+        "| Python | TensorFlow | Keras | pytest | test suite | real-suite gate, plugin on |",
+        "|---|---|---|---|---|---|",
     ]
     for o in outcomes:
         if o.notes:
-            python, tensorflow, keras = [*o.notes[0].split(), "?", "?", "?"][:3]
+            python, tensorflow, keras, pytest = [*o.notes[0].split(), "?", "?", "?", "?"][:4]
         else:
-            python, tensorflow, keras = f"{o.pair.python} (not installed)", o.pair.tensorflow, "-"
+            python, tensorflow = f"{o.pair.python} (not installed)", o.pair.tensorflow
+            keras = pytest = "-"
         if o.pair.prerelease:
             tensorflow += " (pre-release, allowed to fail)"
+        if o.pair.floors:
+            tensorflow += " (the floors)"
         gate = gate_summary(o.gate)
-        lines.append(f"| {python} | {tensorflow} | {keras} | {counts(o.tests)} | {gate} |")
+        lines.append(
+            f"| {python} | {tensorflow} | {keras} | {pytest} | {counts(o.tests)} | {gate} |"
+        )
     return "\n".join(lines) + "\n"
+
+
+def ran_elsewhere(spec: str) -> Outcome:
+    """The outcome of ``--ran PAIR=VENV=LOG``: a pair's test suite run outside the matrix."""
+    name, venv, log = spec.split("=", 2)
+    (pair,) = [pair for pair in PAIRS if pair.name == name]
+    outcome = Outcome(pair, setup="ran by ./scripts/test")
+    outcome.notes.append(versions(Path(venv)))
+    lines = [line.strip() for line in Path(log).read_text(errors="replace").splitlines()]
+    summaries = [line for line in lines if re.search(r"\b(passed|failed)\b", line)]
+    outcome.tests = summaries[-1].strip("= ") if summaries else "no summary in the log"
+    outcome.failed = "failed" in outcome.tests or not summaries
+    return outcome
 
 
 def main(argv: Sequence[str]) -> int:
@@ -301,6 +384,13 @@ def main(argv: Sequence[str]) -> int:
     )
     parser.add_argument("--list", action="store_true", help="print the pairs' names and stop")
     parser.add_argument("--markdown", metavar="PATH", help="also write the table here (Markdown)")
+    parser.add_argument(
+        "--ran",
+        action="append",
+        default=[],
+        metavar="PAIR=VENV=LOG",
+        help="a pair run elsewhere, for the table (its environment and its pytest log)",
+    )
     parser.add_argument(
         "-n",
         "--workers",
@@ -328,12 +418,17 @@ def main(argv: Sequence[str]) -> int:
         )
         for pair in chosen
     ]
+    elsewhere = {outcome.pair.name: outcome for outcome in map(ran_elsewhere, options.ran)}
+    outcomes = sorted(
+        [*outcomes, *(o for o in elsewhere.values() if o.pair not in chosen)],
+        key=lambda outcome: PAIRS.index(outcome.pair),
+    )
     print()
     print(table(outcomes))
     if options.markdown:
         Path(options.markdown).write_text(markdown(outcomes))
     for pair in PAIRS:
-        if pair.name in options.skip:
+        if pair.name in options.skip and pair.name not in elsewhere:
             print(f"({pair.name} left out, as --skip asked)")
     return exit_status(outcomes)
 

@@ -29,14 +29,36 @@ def test_the_pairs_cover_the_claimed_range(matrix: ModuleType) -> None:
     assert tensorflows == {f"2.{TENSORFLOW_RANGE[0][1]}", f"2.{TENSORFLOW_RANGE[1][1]}"}
     gated = [pair.name for pair in matrix.PAIRS if pair.gate]
     assert gated == [f"py3.{newest[1]}-tf2.{TENSORFLOW_RANGE[1][1]}", "py3.11-tf2.16"]
-    assert [pair.requirement for pair in tested][-1] == "tensorflow-cpu==2.16.*"
+    assert tested[0].requirements == ("tensorflow-cpu==2.21.*",)
+    (floors,) = [pair for pair in tested if pair.floors]
+    assert floors is tested[-1]  # the oldest pair installs the floors
+
+
+def test_the_oldest_pair_installs_every_floor_the_metadata_declares(
+    matrix: ModuleType, tmp_path: Path
+) -> None:
+    (floors,) = [pair for pair in matrix.PAIRS if pair.floors]
+    pins = dict(pin.split("==") for pin in floors.requirements)
+    assert set(pins) == {"pytest", "objgraph", "tensorflow-cpu"}
+    assert pins["tensorflow-cpu"].startswith(f"{floors.tensorflow}.")
+    written = tmp_path / "pyproject.toml"
+    written.write_text(
+        '[project]\ndependencies = ["pytest>=9.1", "objgraph>=3.6.1"]\n'
+        '[project.optional-dependencies]\ncpu = ["tensorflow-cpu>=2.17.1,<2.30"]\n'
+    )
+    assert matrix.floors(written) == ("pytest==9.1", "objgraph==3.6.1", "tensorflow-cpu==2.17.1")
+    written.write_text(
+        '[project]\ndependencies = ["pytest"]\n[project.optional-dependencies]\ncpu = []\n'
+    )
+    with pytest.raises(ValueError, match="'pytest' declares no floor"):
+        matrix.floors(written)
 
 
 def test_the_prerelease_is_the_next_tensorflow_outside_the_range(matrix: ModuleType) -> None:
     (pre,) = [pair for pair in matrix.PAIRS if pair.prerelease]
     assert pre.name == "py3.13-tf2.22-pre"
     assert parse_version(pre.tensorflow) > TENSORFLOW_RANGE[1]
-    assert pre.requirement == "tensorflow-cpu~=2.22.0rc0"  # its release candidates, then 2.22.x
+    assert pre.requirements == ("tensorflow-cpu~=2.22.0rc0",)  # its release candidates, then 2.22.x
     assert not pre.gate
 
 
@@ -113,13 +135,13 @@ def test_the_markdown_table_keeps_versions_and_counts_but_not_timings(matrix: Mo
         tests="424 passed, 1 skipped, 243 warnings in 171.98s (0:02:51)",
         gate="VERDICT: OK: of 913 tests run with the plugin alone (no baseline), it failed or "
         "errored none other than by a leak report (4 by a leak report)",
-        notes=["3.11.7 2.16.2 3.15.1"],
+        notes=["3.11.7 2.16.1 3.15.1 8.3.0"],
     )
     missing = matrix.Outcome(matrix.PAIRS[0], setup="skipped: python3.13 is not installed")
     assert matrix.markdown([ran, missing]).splitlines()[2:] == [
-        "| 3.11.7 | 2.16.2 | 3.15.1 | 424 passed, 1 skipped "
+        "| 3.11.7 | 2.16.1 (the floors) | 3.15.1 | 8.3.0 | 424 passed, 1 skipped "
         "| OK (913 tests, 4 true leaks reported) |",
-        "| 3.13 (not installed) | 2.21 | - | - | - |",
+        "| 3.13 (not installed) | 2.21 | - | - | - | - |",
     ]
 
 
@@ -154,3 +176,22 @@ def test_a_failed_run_shows_the_end_of_its_log(
     status, summary = matrix.run(venv, ["-c", "print('3 passed')"], tmp_path / "log.txt")
     assert (status, summary) == (0, "3 passed")
     assert capsys.readouterr().out == ""
+
+
+def test_a_pair_run_elsewhere_joins_the_table_in_its_place(
+    matrix: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "main-pass.txt"
+    log.write_text("....\n==== 1070 passed, 1 skipped in 301.2s (0:05:01) ====\n")
+    monkeypatch.setattr(matrix, "versions", lambda venv: f"3.11.7 2.21.0 3.15.1 9.2.0 {venv}")
+    outcome = matrix.ran_elsewhere(f"py3.11-tf2.21={tmp_path / 'venv'}={log}")
+    assert outcome.pair.name == "py3.11-tf2.21"
+    assert not outcome.failed
+    assert outcome.tests == "1070 passed, 1 skipped in 301.2s (0:05:01)"
+    assert matrix.markdown([outcome]).splitlines()[2] == (
+        "| 3.11.7 | 2.21.0 | 3.15.1 | 9.2.0 | 1070 passed, 1 skipped | - |"
+    )
+    log.write_text("==== 2 failed, 1068 passed in 300.0s ====\n")
+    assert matrix.ran_elsewhere(f"py3.11-tf2.21={tmp_path}={log}").failed
+    log.write_text("INTERNALERROR> boom\n")
+    assert matrix.ran_elsewhere(f"py3.11-tf2.21={tmp_path}={log}").failed
