@@ -16,7 +16,7 @@ loop allocates the next moves its peak by a tensor or two from run to run (66 to
 judged on the median. The others run once (their peaks repeat to the MiB). The loop's time is
 shown as a ratio to no session's.
 
-Targets (issue #23): ``ON_SAFE_POINTS`` at most max(1/4 of no session, 48 MiB);
+Targets: ``ON_SAFE_POINTS`` at most max(1/4 of no session, 48 MiB);
 ``IN_BACKGROUND`` at most max(1/4 of no session, 64 MiB) and max(2x ``ON_SAFE_POINTS``, 64 MiB);
 neither above no session.
 """
