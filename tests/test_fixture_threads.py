@@ -114,3 +114,133 @@ def test_a_test_that_keeps_what_it_made_from_a_batch_leaks_for_itself(
     result = run_inner(pytester)
     result.assert_outcomes(passed=TESTS + 1, errors=1)
     result.stdout.fnmatch_lines(["*::test_keeps_one leaked 1 TensorFlow object*function scope*"])
+
+
+# A wider fixture's thread that keeps what it made where the test cannot see it: a heartbeat's
+# reading in a local of its loop (the frame below the ``Event.wait`` it sleeps in), a
+# watchdog's last value on its own attribute, a metrics thread's records in the fixture's list.
+# Each starts as a bare thread or as a ``concurrent.futures`` pool's task.
+WIDER_THREAD = """
+    import concurrent.futures
+    import threading
+    import time
+
+    import pytest
+    import tensorflow as tf
+
+    READINGS = []
+
+
+    class Watchdog:
+        def __init__(self, variable, stop):
+            self.variable, self.stop, self.last = variable, stop, None
+
+        def watch(self):
+            while not self.stop.is_set():
+                self.last = self.variable.read_value()
+                READINGS.append(1)
+                self.stop.wait(0.02)
+
+
+    @pytest.fixture(scope="{scope}")
+    def monitored():
+        variable = tf.Variable(tf.ones([64, 64]))
+        stop = threading.Event()
+        records = []
+
+        def heartbeat():
+            while not stop.is_set():
+                latest = variable.read_value()
+                READINGS.append(float(tf.reduce_sum(latest)))
+                stop.wait(0.02)
+
+        def metrics():
+            while not stop.is_set():
+                records.append(tf.reduce_mean(variable))
+                del records[:-5]
+                READINGS.append(1)
+                stop.wait(0.02)
+
+        target = {{
+            "heartbeat": heartbeat,
+            "watchdog": Watchdog(variable, stop).watch,
+            "metrics": metrics,
+        }}["{pattern}"]
+        if "{starter}" == "pool":
+            pool = concurrent.futures.ThreadPoolExecutor(1)
+            done = pool.submit(target)
+        else:
+            thread = threading.Thread(target=target, name="{pattern}", daemon=True)
+            thread.start()
+        yield records
+        stop.set()
+        if "{starter}" == "pool":
+            done.result(timeout=30)
+            pool.shutdown()
+        else:
+            thread.join(timeout=30)
+
+
+    def readings_during_the_test(count):
+        seen = len(READINGS)
+        deadline = time.monotonic() + 30
+        while len(READINGS) < seen + count:
+            assert time.monotonic() < deadline, "the fixture's thread made no readings"
+            time.sleep(0.005)
+
+
+{tests}
+"""
+
+WIDER_THREAD_TESTS = """
+    @pytest.mark.parametrize("step", range(3))
+    def test_runs_while_the_thread_reads(monitored, step):
+        readings_during_the_test(3)
+"""
+
+WIDER_THREAD_CLASS_TESTS = """
+    class TestMonitored:
+        @pytest.mark.parametrize("step", range(3))
+        def test_runs_while_the_thread_reads(self, monitored, step):
+            readings_during_the_test(3)
+"""
+
+
+def wider_thread_suite(scope: str, pattern: str, starter: str) -> str:
+    tests = WIDER_THREAD_CLASS_TESTS if scope == "class" else WIDER_THREAD_TESTS
+    return WIDER_THREAD.format(scope=scope, pattern=pattern, starter=starter, tests=tests)
+
+
+@pytest.mark.parametrize("starter", ["thread", "pool"])
+@pytest.mark.parametrize("pattern", ["heartbeat", "watchdog", "metrics"])
+def test_what_a_module_fixtures_thread_keeps_is_never_a_tests_leak(
+    pytester: pytest.Pytester, pattern: str, starter: str
+) -> None:
+    pytester.makepyfile(test_monitored=wider_thread_suite("module", pattern, starter))
+    result = run_inner(pytester)
+    result.assert_outcomes(passed=3)
+    result.stdout.no_fnmatch_line("*leaked*")
+
+
+@pytest.mark.parametrize("scope", ["class", "package", "session"])
+def test_a_heartbeat_of_any_wider_scope_is_never_a_tests_leak(
+    pytester: pytest.Pytester, scope: str
+) -> None:
+    pytester.makepyfile(test_monitored=wider_thread_suite(scope, "heartbeat", "thread"))
+    result = run_inner(pytester)
+    result.assert_outcomes(passed=3)
+    result.stdout.no_fnmatch_line("*leaked*")
+
+
+@pytest.mark.parametrize("order", ["reversed", "xdist"])
+def test_a_heartbeat_is_never_a_tests_leak_in_any_order(
+    pytester: pytest.Pytester, order: str
+) -> None:
+    pytester.makepyfile(test_monitored=wider_thread_suite("module", "heartbeat", "pool"))
+    if order == "reversed":
+        pytester.makeconftest(REVERSED)
+        result = run_inner(pytester)
+    else:
+        result = pytester.runpytest_subprocess(*INNER_RUN, "-n", "2")
+    result.assert_outcomes(passed=3)
+    result.stdout.no_fnmatch_line("*leaked*")
