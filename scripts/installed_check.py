@@ -44,7 +44,7 @@ def main() -> int:
     import pytest_eagersession
 
     where = Path(pytest_eagersession.__file__).resolve().parent
-    if where.is_relative_to(tree):
+    if where == tree / "pytest_eagersession":
         print(f"pytest_eagersession was imported from the source tree: {where}")
         return 1
     problems = []

@@ -19,7 +19,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if not tree:
         return
     imported = Path(pytest_eagersession.__file__).resolve()
-    if imported.is_relative_to(Path(tree).resolve()):
+    # the tree's own package folder (an environment may live under the tree: .venvs-matrix/)
+    if imported.is_relative_to(Path(tree).resolve() / "pytest_eagersession"):
         raise pytest.UsageError(
             f"EAGERSESSION_TEST_INSTALLED is set, but pytest_eagersession was imported from the "
             f"source tree ({imported}), not from the installed package: run from outside the tree"
