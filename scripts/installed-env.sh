@@ -3,8 +3,9 @@
 # extras, not editable, into a fresh virtual environment outside the source tree, made anew on
 # every call. Then `installed COMMAND ...` runs a command with that environment first on PATH,
 # from a scratch folder outside the tree (a command run from the tree's root, `python -m
-# pytest` or `python -c` alike, would import the package from the tree). EAGERSESSION_TEST_INSTALLED
-# tells tests/conftest.py to refuse a run that imports the package from the tree after all.
+# pytest` or `python -c` alike, would import the package from the tree).
+# EAGERSESSION_TEST_INSTALLED tells tests/conftest.py to refuse a run that imports the package
+# from the tree after all.
 set -euo pipefail
 INSTALLED_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 INSTALLED_PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"
