@@ -27,9 +27,10 @@ WIDER_SCOPES = ("class", "module", "package", "session")
 #: How long survivors that no look reached are looked for again while a wider fixture's thread
 #: runs. Such a thread's newest object can be in flight, where no walk sees it: made and not
 #: stored yet, or an argument of a call into TensorFlow (a heartbeat's reading, every 20 ms,
-#: was a test's leak now and then, with no holder). A few milliseconds later it is stored where
-#: the thread keeps it, or dead. Only tests with such survivors wait; a true leak, at most this.
-IN_FLIGHT_S = 0.0
+#: was a test's leak now and then, with no holder). Soon after it is stored where the thread
+#: keeps it, or dead: within milliseconds here, longer when the thread waits for a core (two
+#: test runs on two cores). Only tests with such survivors wait; a true leak, at most this.
+IN_FLIGHT_S = 0.25
 #: The pause between those looks, in which the thread runs on.
 IN_FLIGHT_PAUSE_S = 0.005
 
