@@ -37,6 +37,9 @@ def test_the_pairs_cover_the_claimed_range(matrix: ModuleType) -> None:
 def test_the_oldest_pair_installs_every_floor_the_metadata_declares(
     matrix: ModuleType, tmp_path: Path
 ) -> None:
+    # ./scripts/matrix runs on Python 3.11 or later (python3.11 where it can): it reads
+    # pyproject.toml with tomllib, which Python 3.10, one of the pairs, lacks
+    pytest.importorskip("tomllib")
     (floors,) = [pair for pair in matrix.PAIRS if pair.floors]
     pins = dict(pin.split("==") for pin in floors.requirements)
     assert set(pins) == {"pytest", "objgraph", "tensorflow-cpu"}
@@ -195,3 +198,19 @@ def test_a_pair_run_elsewhere_joins_the_table_in_its_place(
     assert matrix.ran_elsewhere(f"py3.11-tf2.21={tmp_path}={log}").failed
     log.write_text("INTERNALERROR> boom\n")
     assert matrix.ran_elsewhere(f"py3.11-tf2.21={tmp_path}={log}").failed
+
+
+def test_a_pairs_suite_runs_this_trees_tests_but_the_distributions(matrix: ModuleType) -> None:
+    command = matrix.suite_command(["-n", "2"], ["-k", "plugin"])
+    root = SCRIPT.parent.parent
+    assert command[:6] == [
+        "-m",
+        "pytest",
+        "-c",
+        str(root / "pyproject.toml"),
+        "--rootdir",
+        str(root),
+    ]
+    assert f"--ignore={root / 'tests' / 'test_distributions.py'}" in command
+    assert (root / "tests" / "test_distributions.py").exists()
+    assert command[-3:] == [str(root / "tests"), "-k", "plugin"]
