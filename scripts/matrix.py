@@ -9,8 +9,7 @@ that the floors it declares are ones that run. Then the test suite runs in it, f
 folder outside the source tree, so that what it imports is the installed package. On the
 newest and the oldest pair the real-suite gate's plugin-on run follows
 (``benchmarks/realsuite.py --only on``). A pair whose interpreter is missing is skipped with a
-message. Prints a table; exit status 1 if any pair
-that ran failed, pre-releases aside.
+message. Prints a table; exit status 1 if any pair that ran failed, pre-releases aside.
 
 Pre-releases: the next TensorFlow's release candidate, with the newest Python it has wheels for
 that is installed here, runs the same test suite as the pairs without the gate (the whole

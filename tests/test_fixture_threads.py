@@ -65,6 +65,12 @@ REVERSED = """
 TESTS = 12
 
 
+def passed_without_a_leak(result: pytest.RunResult, tests: int) -> None:
+    """Every test of the inner run passed, and no leak was reported for any scope."""
+    result.assert_outcomes(passed=tests)
+    result.stdout.no_fnmatch_line("*leaked*")
+
+
 def suite(*, keep_all: bool = False) -> str:
     return PREFETCHER.format(
         keep_all="EVERY = []  # and everything it ever made" if keep_all else "",
@@ -85,8 +91,7 @@ def test_a_module_fixtures_prefetcher_never_leaks_for_a_test(
         result = pytester.runpytest_subprocess(*INNER_RUN, "-n", "2")
     else:
         result = run_inner(pytester, *args)
-    result.assert_outcomes(passed=TESTS)
-    result.stdout.no_fnmatch_line("*leaked*")
+    passed_without_a_leak(result, TESTS)
 
 
 def test_a_prefetcher_that_keeps_everything_leaks_for_its_module(
@@ -218,8 +223,7 @@ def test_what_a_module_fixtures_thread_keeps_is_never_a_tests_leak(
 ) -> None:
     pytester.makepyfile(test_monitored=wider_thread_suite("module", pattern, starter))
     result = run_inner(pytester)
-    result.assert_outcomes(passed=3)
-    result.stdout.no_fnmatch_line("*leaked*")
+    passed_without_a_leak(result, 3)
 
 
 @pytest.mark.parametrize("scope", ["class", "package", "session"])
@@ -228,8 +232,7 @@ def test_a_heartbeat_of_any_wider_scope_is_never_a_tests_leak(
 ) -> None:
     pytester.makepyfile(test_monitored=wider_thread_suite(scope, "heartbeat", "thread"))
     result = run_inner(pytester)
-    result.assert_outcomes(passed=3)
-    result.stdout.no_fnmatch_line("*leaked*")
+    passed_without_a_leak(result, 3)
 
 
 @pytest.mark.parametrize("order", ["reversed", "xdist"])
@@ -242,8 +245,7 @@ def test_a_heartbeat_is_never_a_tests_leak_in_any_order(
         result = run_inner(pytester)
     else:
         result = pytester.runpytest_subprocess(*INNER_RUN, "-n", "2")
-    result.assert_outcomes(passed=3)
-    result.stdout.no_fnmatch_line("*leaked*")
+    passed_without_a_leak(result, 3)
 
 
 BUSY_HEARTBEAT = """
@@ -292,5 +294,4 @@ def test_a_reading_in_flight_in_a_busy_heartbeat_is_never_a_tests_leak(
     # at once, a third of these tests leaked it; the check looks again while the thread runs.
     pytester.makepyfile(test_busy=BUSY_HEARTBEAT)
     result = run_inner(pytester)
-    result.assert_outcomes(passed=30)
-    result.stdout.no_fnmatch_line("*leaked*")
+    passed_without_a_leak(result, 30)
