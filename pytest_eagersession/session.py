@@ -15,7 +15,7 @@ import sys
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, ClassVar
 
@@ -332,19 +332,14 @@ class EagerSession:
 
     # ----------------------------------------------------------------- TensorFlow scope
 
-    @contextlib.contextmanager
-    def execution_scope(self) -> Iterator[None]:
+    def execution_scope(self) -> contextlib.AbstractContextManager[None]:
         """Apply the session's execution mode and device policy to the ops run inside.
 
         ``activate()`` enters it; the op builder enters it for the op it runs.
         """
-        with contextlib.ExitStack() as stack:
-            if self._executor is not None:
-                stack.enter_context(tf_context.executor_scope(self._executor))
-            policy = self._settings.device_placement_policy
-            if policy is not DevicePlacementPolicy.SILENT:
-                stack.enter_context(tf_context.device_policy(policy.name))
-            yield
+        policy = self._settings.device_placement_policy
+        silent = policy is DevicePlacementPolicy.SILENT
+        return tf_context.execution_scope(self._executor, None if silent else policy.name)
 
     # ----------------------------------------------------------------- closing
 

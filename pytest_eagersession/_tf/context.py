@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from pytest_eagersession import _tf
@@ -35,6 +36,18 @@ def device_policy(name: str) -> contextlib.AbstractContextManager[None]:
     value = getattr(context, f"DEVICE_PLACEMENT_{name}")
     manager: contextlib.AbstractContextManager[None] = context.device_policy(value)
     return manager
+
+
+@contextlib.contextmanager
+def execution_scope(executor: Any | None, policy: str | None) -> Iterator[None]:
+    """Run the ops of the block on ``executor`` and under the device placement ``policy``
+    (None for either: TensorFlow's own)."""
+    with contextlib.ExitStack() as stack:
+        if executor is not None:
+            stack.enter_context(executor_scope(executor))
+        if policy is not None:
+            stack.enter_context(device_policy(policy))
+        yield
 
 
 def initialized(ctx: Any) -> bool:
