@@ -219,7 +219,15 @@ class TestSessions:
         self._open = session
         session.activate()
         state.timed("open", started)
-        return (yield)
+        try:
+            return (yield)
+        finally:
+            # A test class's instance, made before the session (a unittest case, at
+            # collection), holds what setUp made until its cycle is collected.
+            instance = getattr(item, "instance", None)
+            if instance is not None:
+                session.suspect_holder(instance)
+            del instance
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:

@@ -7,6 +7,7 @@ tensor-pinning caches, op callbacks) lives in ``_tf``; its names stay importable
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import re
@@ -126,6 +127,7 @@ def find(
     generator_before: weakref.ref[Any] | None = None,
     retention: Retention | None = None,
     kept_elsewhere: Callable[[Survivor], bool] | None = None,
+    old_holders: Sequence[weakref.ref[Any]] = (),
 ) -> list[Survivor]:
     """The survivors among ``ownership``'s records; collects garbage only when some are alive.
 
@@ -165,7 +167,7 @@ def find(
         found = _survivors(ownership, since, is_detached, allow, generator_before, retention)
         if not any(map(reported, found)):
             return found
-    left = _without_garbage(found, reported)
+    left = _without_garbage(found, reported, old_holders)
     if left is not None:
         return left
     found = []  # weak references and text only, but nothing of theirs is needed now
@@ -181,7 +183,9 @@ GARBAGE_LEFT_BYTES = 1 << 20
 
 
 def _without_garbage(
-    found: list[Survivor], reported: Callable[[Survivor], bool]
+    found: list[Survivor],
+    reported: Callable[[Survivor], bool],
+    old_holders: Sequence[weakref.ref[Any]] = (),
 ) -> list[Survivor] | None:
     """``found`` less the survivors proven garbage without a whole collection; None unless
     every one that ``reported`` is proven, and those proven hold at most
@@ -196,7 +200,7 @@ def _without_garbage(
     """
     proven = garbage.unreachable(
         [s.ref for s in found if s.ref is not None],
-        TRACKER.frozen_new(),
+        [*TRACKER.frozen_new(), *old_holders],
         new=heap.ids((0, 1, 2)),  # what the line holds: made since it was drawn
     )
     if not proven:
@@ -271,6 +275,7 @@ class SurvivorCheck:
         self._ownership = ownership
         self._allow = allow
         self._detached: dict[int, weakref.ref[Any]] = {}
+        self._old_holders: list[weakref.ref[Any]] = []
         self._generator_before: weakref.ref[Any] | None = None
         self._retention_mark: RetentionMark | None = None
         self._released: list[str] = []
@@ -286,6 +291,11 @@ class SurvivorCheck:
     def detach(self, obj: object) -> None:
         """Expect ``obj`` to outlive the session: never a survivor."""
         self._detached[id(obj)] = weakref.ref(obj)
+
+    def suspect_holder(self, obj: object) -> None:
+        """Look at ``obj`` (weakly) when proving survivors garbage at close; see ``find``."""
+        with contextlib.suppress(TypeError):  # takes no weak reference: no cycle to prove
+            self._old_holders.append(weakref.ref(obj))
 
     def is_detached(self, obj: object) -> bool:
         """Whether ``obj`` was detached."""
@@ -317,11 +327,13 @@ class SurvivorCheck:
             generator_before=self._generator_before,
             retention=retention,
             kept_elsewhere=kept_elsewhere,
+            old_holders=self._old_holders,
         )
 
     def clear(self) -> None:
-        """Forget the detached objects (the session closed)."""
+        """Forget the detached objects and the suspected holders (the session closed)."""
         self._detached.clear()
+        self._old_holders.clear()
 
 
 #: The most objects the walk from tracked objects to the tensors they hold visits.

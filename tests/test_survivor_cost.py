@@ -130,3 +130,39 @@ def test_a_frozen_cycle_that_module_state_keeps_is_still_a_leak(
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*held by test_frozen.KEPT (list)*"])
     assert whole_collections == [1]
+
+
+UNITTEST_CASE_SUITE = """
+    import unittest
+
+    import tensorflow as tf
+
+    class ModelTest(unittest.TestCase):
+        def setUp(self):
+            self.inputs = tf.ones([8, 4])
+            self.kernel = tf.Variable(tf.zeros([4, 2]))
+            self.checks = [self.assertEqual]  # the case holds its own bound method: a cycle
+
+        def test_multiplies(self):
+            assert tf.matmul(self.inputs, self.kernel).shape == (8, 2)
+
+        def test_keeps_the_kernel(self):
+            KEPT.append(self.kernel)
+
+    KEPT = []
+"""
+
+
+def test_what_a_unittest_case_s_setup_made_costs_no_whole_collection(
+    pytester: pytest.Pytester, whole_collections: list[int]
+) -> None:
+    """pytest makes a unittest case before the test's session opens and lets it go in a cycle
+    after the teardown; what its attributes hold is proven garbage without a whole collection
+    (tf-keras's data adapter tests paid about 0.2 s each for one)."""
+    pytester.makepyfile(test_case=UNITTEST_CASE_SUITE)
+    result = run_inner(pytester, "-p", "no:randomly", "-k", "multiplies")
+    result.assert_outcomes(passed=1)
+    assert whole_collections == []
+    result = run_inner(pytester, "-p", "no:randomly", "-k", "keeps_the_kernel")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*held by test_case.KEPT (list)*"])
