@@ -1,4 +1,4 @@
-"""Survivors that a wider-scoped fixture's value holds belong to that fixture's scope.
+"""What a wider-scoped fixture's values and threads reach, for the survivors they hold.
 
 A module-scoped model built lazily during the first test that calls it makes its variables in
 that test's session, but the fixture cache, not the test, keeps them: they are handed over to
@@ -10,13 +10,11 @@ from __future__ import annotations
 import sys
 import threading
 import types
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from functools import partial
-from typing import Any
 
 from pytest_eagersession import walks
 from pytest_eagersession.kinds import RESOURCE_HANDLE, TENSOR
-from pytest_eagersession.session import EagerSession
 from pytest_eagersession.survivors import Survivor
 
 #: How many objects the search from the fixture values may visit.
@@ -115,31 +113,8 @@ def named_globals(names: Iterable[tuple[str, str]]) -> list[object]:
     return found
 
 
-def adopt_held(
-    survivors: Sequence[Survivor],
-    scopes: Sequence[tuple[EagerSession, list[object]]],
-    reached_by: Sequence[set[int]],
-) -> tuple[Survivor, ...]:
-    """Give each survivor a fixture value reaches to that value's session; return the rest.
-
-    ``reached_by`` is what each scope's values reach (``reachable_ids``), in ``scopes``' order.
-    """
-    remaining = list(survivors)
-    for (session, values), reached in zip(scopes, reached_by, strict=True):
-        if not remaining or session.closed or not values:
-            continue
-        kept = []
-        for survivor in remaining:
-            obj: Any = survivor.ref() if survivor.ref is not None else None
-            if obj is not None and id(obj) in reached:
-                session.ownership.add(obj, _kind_of(survivor))
-            else:
-                kept.append(survivor)
-            del obj
-        remaining = kept
-    return tuple(remaining)
-
-
-def _kind_of(survivor: Survivor) -> str:
+def owned_kind(survivor: Survivor) -> str:
+    """The kind to record ``survivor`` under in the session that takes it over (a resource
+    handle is recorded as the tensor it is)."""
     kind = survivor.kind
     return TENSOR if kind == RESOURCE_HANDLE else kind

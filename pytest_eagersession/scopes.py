@@ -2,8 +2,10 @@
 
 A wider-scoped fixture is set up inside the session of its scope, made on first use. That
 session closes when pytest tears the scope down, after the teardown of the test that ends it,
-and its leaks fail that test. What a wider-scoped fixture's value holds, or a thread it
-started, belongs to its scope: survivors of narrower sessions that it holds are handed over.
+and its leaks fail that test. What a wider-scoped fixture's value holds belongs to its scope,
+and so does a thread it started, with what that thread makes (``StartedThreads``): survivors
+of narrower sessions that are the scope's are handed over. What a test hands to such a thread
+stays the test's.
 """
 
 from __future__ import annotations
@@ -12,20 +14,24 @@ import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from pytest_eagersession import workers
+from pytest_eagersession.fixture_values import owned_kind
 from pytest_eagersession.session import EagerSession, SessionOptions
 from pytest_eagersession.settings import LeakMode, Settings, SettingsError, TestPolicy, policy_for
+from pytest_eagersession.started_threads import StartedThreads
 from pytest_eagersession.verdicts import judge
 
 #: The fixture scopes wider than a test, each with a session of its own.
 WIDER_SCOPES = ("class", "module", "package", "session")
 
 #: How long survivors that no look reached are looked for again while a wider fixture's thread
-#: runs. Such a thread's newest object can be in flight, where no walk sees it: made and not
+#: runs. A thread that is not watched (started before TensorFlow was imported, or outside the
+#: fixture's setup) can have its newest object in flight, where no walk sees it: made and not
 #: stored yet, or an argument of a call into TensorFlow (a heartbeat's reading, every 20 ms,
 #: was a test's leak now and then, with no holder). Soon after it is stored where the thread
 #: keeps it, or dead: within milliseconds here, longer when the thread waits for a core (two
@@ -35,29 +41,53 @@ IN_FLIGHT_S = 0.25
 IN_FLIGHT_PAUSE_S = 0.005
 
 
-class Reach:
-    """What each wider scope's fixture values reach, found on the first question (ids only)."""
+@dataclass
+class WiderScope:
+    """An open wider scope as a test's close sees it: its session and what it holds."""
 
-    def __init__(self, scopes: list[tuple[EagerSession, list[object]]]) -> None:
+    session: EagerSession
+    values: list[object]
+    """Its fixtures' values."""
+    threads: list[object]
+    """The threads its fixtures started, and the values of the globals their code names."""
+    watched: bool
+    """Whether what its threads make is known (``StartedThreads``)."""
+
+
+class Reach:
+    """What each wider scope's fixture values and threads reach, found on the first question
+    (ids only), and which scope's threads made an object."""
+
+    def __init__(
+        self, scopes: list[WiderScope], maker_of: Callable[[object, str], EagerSession | None]
+    ) -> None:
         self.scopes = scopes
-        self._sets: list[set[int]] | None = None
+        self.maker_of = maker_of
+        self._sets: list[tuple[set[int], set[int]]] | None = None
 
     @property
     def looked(self) -> bool:
         """Whether the reach was found (a survivor was asked about)."""
         return self._sets is not None
 
-    def sets(self) -> list[set[int]]:
-        """The ids each scope's values reach, in ``scopes``' order."""
+    def sets(self) -> list[tuple[set[int], set[int]]]:
+        """The ids each scope's values reach and those its threads reach, in ``scopes``' order."""
         if self._sets is None:
             from pytest_eagersession.fixture_values import reachable_ids
 
-            self._sets = [reachable_ids(values) for _, values in self.scopes]
+            self._sets = [
+                (reachable_ids(scope.values), reachable_ids(scope.threads)) for scope in self.scopes
+            ]
         return self._sets
 
     def __call__(self, survivor: Any) -> bool:
         obj = survivor.ref() if survivor.ref is not None else None
-        return obj is not None and any(id(obj) in reached for reached in self.sets())
+        if obj is None:
+            return False
+        if self.maker_of(obj, survivor.kind) is not None:
+            return True
+        key = id(obj)
+        return any(key in values or key in threads for values, threads in self.sets())
 
 
 class ScopeSessions:
@@ -72,6 +102,7 @@ class ScopeSessions:
         self._values: dict[str, list[object]] = {}
         self._named: dict[str, list[tuple[str, str]]] = {}  # globals the threads' code names
         self._ending: list[tuple[str, str]] | None = None
+        self._threads = StartedThreads()
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_fixture_setup(
@@ -83,9 +114,11 @@ class ScopeSessions:
             return (yield)
         session = self.session_for(request.node, scope)
         threads_before = set(threading.enumerate())
+        key = _scope_key(request.node, scope)
         session.activate()
         try:
-            value = yield
+            with self._threads.window(key):
+                value = yield
         finally:
             session.deactivate()
         # What the value reaches belongs to the scope, and so does what a thread that the
@@ -98,7 +131,6 @@ class ScopeSessions:
             for thread in threading.enumerate()
             if thread not in threads_before and not workers.is_worker(thread)
         ]
-        key = _scope_key(request.node, scope)
         values = self._values.setdefault(key, [])
         values.append(value)
         values.extend(started)
@@ -147,48 +179,67 @@ class ScopeSessions:
                 self._close(key, scope, item)
 
     def kept_elsewhere(self) -> Reach | None:
-        """Whether an open wider scope's fixture value reaches a survivor; None without such
-        values. Pass it to ``unclaimed`` for the same survivors: what it said is reached is
-        handed over from the same look (a prefetcher's batch in flight must not be reached at
-        one moment and missed at the next)."""
-        reach = Reach(self._scoped_values())
+        """Whether an open wider scope's fixture value or thread reaches a survivor, or its
+        thread made it; None without such values. Pass it to ``unclaimed`` for the same
+        survivors: what it said is reached is handed over from the same look (a prefetcher's
+        batch in flight must not be reached at one moment and missed at the next)."""
+        reach = Reach(self._scoped_values(), self._maker_of)
         return reach if reach.scopes else None
 
     def unclaimed(self, survivors: tuple[Any, ...], reach: Reach | None = None) -> list[Any]:
         """The survivors no open wider scope takes over, none allows, and still alive.
 
-        Sessions are built not to destroy their survivors on close: what a wider-scoped
-        fixture's value holds must be handed over to that scope intact, and the report decides
-        which leaks are certain enough to destroy.
+        A survivor that a wider scope's watched thread made is that scope's, wherever it is.
+        One that such a thread's frames reach but that the thread did not make was handed to
+        it (put on a prefetcher's queue): it stays the test's. One that a fixture value reaches
+        (a model built lazily by the first test) is the fixture's scope's. Sessions are built
+        not to destroy their survivors on close: what a wider scope takes over must be handed
+        over intact, and the report decides which leaks are certain enough to destroy.
         """
-        from pytest_eagersession.fixture_values import adopt_held
-
+        handed: list[Any] = []
+        remaining = self._made_elsewhere(survivors)
         if reach is not None and reach.looked:
             # What the survivor check was told is reached, from that look; the rest (made or
             # moved since, as a whole collection ran) from a look now.
-            survivors = adopt_held(survivors, reach.scopes, reach.sets())
+            remaining, handed = _adopt(remaining, reach)
         del reach
-        remaining = self._unreached(survivors)
+        remaining, more = self._unreached(remaining)
+        handed += more
         deadline = time.monotonic() + IN_FLIGHT_S
         while remaining and self._threads_running() and time.monotonic() < deadline:
             time.sleep(IN_FLIGHT_PAUSE_S)  # the wider scopes' threads store or drop it
-            remaining = self._unreached(remaining)
-        return remaining
+            remaining, more = self._unreached(self._made_elsewhere(remaining))
+            handed += more
+        return sorted(_alive(handed) + remaining, key=lambda survivor: survivor.seq)
 
-    def _unreached(self, survivors: Sequence[Any]) -> list[Any]:
-        """The survivors a look now finds in no open wider scope, not allowed, still alive."""
-        from pytest_eagersession.fixture_values import adopt_held
+    def _made_elsewhere(self, survivors: Sequence[Any]) -> list[Any]:
+        """``survivors`` less those an open wider scope's watched threads made, handed to it."""
+        kept = []
+        for survivor in survivors:
+            obj = survivor.ref() if survivor.ref is not None else None
+            session = self._maker_of(obj, survivor.kind) if obj is not None else None
+            if session is not None:
+                session.ownership.add(obj, owned_kind(survivor))
+            else:
+                kept.append(survivor)
+            del obj
+        return kept
 
-        now = Reach(self._scoped_values())
+    def _maker_of(self, obj: object, kind: str) -> EagerSession | None:
+        """The open session of the wider scope whose watched threads made ``obj``."""
+        key = self._threads.maker_of(obj, kind)
+        entry = self._sessions.get(key) if key is not None else None
+        return entry[0] if entry is not None and not entry[0].closed else None
+
+    def _unreached(self, survivors: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+        """The survivors a look now finds in no open wider scope, not allowed, still alive;
+        and those it finds handed to a watched scope's threads."""
+        handed: list[Any] = []
+        now = Reach(self._scoped_values(), self._maker_of)
         if now.scopes and survivors:
-            survivors = adopt_held(survivors, now.scopes, now.sets())
+            survivors, handed = _adopt(survivors, now)
         del now
-        # One that died since the check was in flight (in a wider scope's thread): no leak.
-        return [
-            survivor
-            for survivor in survivors
-            if not survivor.allowed and (survivor.ref is None or survivor.ref() is not None)
-        ]
+        return _alive(survivors), handed
 
     def _threads_running(self) -> bool:
         """Whether a thread that an open wider scope's fixture started is still running."""
@@ -198,20 +249,28 @@ class ScopeSessions:
             for value in self._values.get(key, ())
         )
 
-    def _scoped_values(self) -> list[tuple[EagerSession, list[object]]]:
-        """Each open wider scope's session with its fixture values (and the globals named)."""
+    def _scoped_values(self) -> list[WiderScope]:
+        """Each open wider scope with its fixture values, threads and the globals named."""
         keys = [key for key in self._sessions if self._values.get(key)]
         if not keys:
             return []
         from pytest_eagersession.fixture_values import named_globals
 
-        return [
-            (
-                self._sessions[key][0],
-                [*self._values[key], *named_globals(self._named.get(key, []))],
+        scopes = []
+        for key in keys:
+            values = self._values[key]
+            scopes.append(
+                WiderScope(
+                    self._sessions[key][0],
+                    [value for value in values if not isinstance(value, threading.Thread)],
+                    [
+                        *(value for value in values if isinstance(value, threading.Thread)),
+                        *named_globals(self._named.get(key, [])),
+                    ],
+                    watched=bool(self._threads.thread_names(key)),
+                )
             )
-            for key in keys
-        ]
+        return scopes
 
     def close_all(self) -> None:
         """Close what is still open at the end of the run: its leaks have no test to fail."""
@@ -219,6 +278,7 @@ class ScopeSessions:
             session, _ = self._sessions.pop(key)
             self._values.pop(key, None)
             self._named.pop(key, None)
+            self._threads.forget(key)
             if not session.closed:
                 session.close()  # no test to fail: nothing is destroyed
 
@@ -232,6 +292,7 @@ class ScopeSessions:
         entry = self._sessions.pop(key, None)
         self._values.pop(key, None)
         self._named.pop(key, None)
+        self._threads.forget(key)
         if entry is None:
             return
         session, policy = entry
@@ -241,6 +302,40 @@ class ScopeSessions:
         if policy.leaks is LeakMode.OFF or item is None:
             return
         judge(item, scope, session, self.unclaimed(survivors), policy, self._settings)
+
+
+def _adopt(survivors: Sequence[Any], reach: Reach) -> tuple[list[Any], list[Any]]:
+    """Give each survivor a wider scope reaches to that scope's session; return the rest, and
+    those handed to a watched scope's threads (reached by them, made by none of them)."""
+    remaining: list[Any] = []
+    handed: list[Any] = []
+    for survivor in survivors:
+        obj = survivor.ref() if survivor.ref is not None else None
+        if obj is None:
+            continue
+        key = id(obj)
+        for scope, (values, threads) in zip(reach.scopes, reach.sets(), strict=True):
+            if scope.session.closed:
+                continue
+            if scope.watched and key in threads:
+                handed.append(survivor)
+                break
+            if key in values or key in threads:
+                scope.session.ownership.add(obj, owned_kind(survivor))
+                break
+        else:
+            remaining.append(survivor)
+        del obj
+    return remaining, handed
+
+
+def _alive(survivors: Sequence[Any]) -> list[Any]:
+    """The survivors not allowed and still alive (one may have died since, in another thread)."""
+    return [
+        survivor
+        for survivor in survivors
+        if not survivor.allowed and (survivor.ref is None or survivor.ref() is not None)
+    ]
 
 
 def marks(node: Any) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:

@@ -6,9 +6,9 @@ frames, the module-level buffer its code fills) is the module's, never that test
 any order and under xdist. A prefetcher that keeps everything it ever made leaks for the
 module; a test that keeps what it made from a batch leaks for the test.
 
-One limit: the tracker cannot tell which thread made an object. A batch the prefetcher made
-while a test ran, kept where neither the fixture's value, nor the prefetcher's frames, nor the
-globals its code names reach it, stays that test's.
+A thread that a wider fixture's setup starts is watched: what it makes is its scope's wherever
+it keeps it (in another module's store, where no walk from the fixture would look). A tensor
+the test made and put where that thread works (on the prefetcher's queue) stays the test's.
 """
 
 from __future__ import annotations
@@ -62,6 +62,13 @@ REVERSED = """
         items.reverse()
 """
 
+SHUFFLED = """
+    import random
+
+    def pytest_collection_modifyitems(items):
+        random.Random({seed}).shuffle(items)
+"""
+
 TESTS = 12
 
 
@@ -79,7 +86,7 @@ def suite(*, keep_all: bool = False) -> str:
     )
 
 
-@pytest.mark.parametrize("order", ["serial", "reversed", "xdist"])
+@pytest.mark.parametrize("order", ["serial", "reversed", "shuffled", "xdist"])
 def test_a_module_fixtures_prefetcher_never_leaks_for_a_test(
     pytester: pytest.Pytester, order: str
 ) -> None:
@@ -87,6 +94,8 @@ def test_a_module_fixtures_prefetcher_never_leaks_for_a_test(
     args: list[str] = []
     if order == "reversed":
         pytester.makeconftest(REVERSED)
+    if order == "shuffled":
+        pytester.makeconftest(SHUFFLED.format(seed=20261206))
     if order == "xdist":
         result = pytester.runpytest_subprocess(*INNER_RUN, "-n", "2")
     else:
@@ -119,6 +128,99 @@ def test_a_test_that_keeps_what_it_made_from_a_batch_leaks_for_itself(
     result = run_inner(pytester)
     result.assert_outcomes(passed=TESTS + 1, errors=1)
     result.stdout.fnmatch_lines(["*::test_keeps_one leaked 1 TensorFlow object*function scope*"])
+
+
+@pytest.mark.parametrize("order", ["serial", "xdist"])
+def test_a_tensor_the_test_puts_on_the_prefetchers_queue_is_the_tests_leak(
+    pytester: pytest.Pytester, order: str
+) -> None:
+    pytester.makepyfile(
+        test_prefetch=suite()
+        + """
+    def test_hands_one_back(batches):
+        mine = tf.ones([32, 32]) * 3.0
+        while True:  # the prefetcher keeps the queue full: take one out, put the test's own in
+            batches.get(timeout=10)
+            try:
+                batches.put(mine, timeout=0.001)
+                break
+            except queue.Full:
+                pass
+
+    def test_runs_after_it(batches):  # the module's thread still runs as the test above ends
+        batches.get(timeout=10)
+"""
+    )
+    args = ("-n", "2", "--dist", "loadfile") if order == "xdist" else ()
+    result = pytester.runpytest_subprocess(*INNER_RUN, *args)
+    result.assert_outcomes(passed=TESTS + 2, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*::test_hands_one_back leaked 1 TensorFlow object*function scope*",
+            "*held by thread*ready (Queue)*",
+        ]
+    )
+
+
+ELSEWHERE_STORE = """
+    STORE = []  # another module's state: nothing the fixture's thread names leads here
+
+
+    def remember(batch):
+        STORE.append(batch)
+        del STORE[:-4]
+"""
+
+STORING_PREFETCHER = """
+    import threading
+    import time
+
+    import numpy as np
+    import pytest
+    import tensorflow as tf
+
+    from store import STORE, remember
+
+    MADE = []
+
+    @pytest.fixture(scope="module")
+    def batches():
+        stop = threading.Event()
+
+        def prefetch():
+            while not stop.is_set():
+                remember({make})
+                MADE.append(1)
+                stop.wait(0.1)  # each batch lives for four of these: longer than a test's close
+
+        thread = threading.Thread(target=prefetch, daemon=True)
+        thread.start()
+        yield
+        stop.set()
+        thread.join()
+        STORE.clear()
+
+    @pytest.mark.parametrize("step", range(4))
+    def test_runs_while_it_stores(batches, step):
+        seen = len(MADE)
+        deadline = time.monotonic() + 30
+        while len(MADE) < seen + 1:  # one batch made (and stored) while the test runs
+            assert time.monotonic() < deadline, "the prefetcher made nothing"
+            time.sleep(0.005)
+"""
+
+
+@pytest.mark.parametrize(
+    "make",
+    ["tf.random.uniform((16, 16))", "tf.constant(np.ones((16, 16)))", "tf.Variable(tf.ones([4]))"],
+    ids=["op", "constant", "variable"],
+)
+def test_what_a_fixtures_thread_makes_is_its_scopes_wherever_it_keeps_it(
+    pytester: pytest.Pytester, make: str
+) -> None:
+    pytester.makepyfile(store=ELSEWHERE_STORE, test_storing=STORING_PREFETCHER.format(make=make))
+    result = run_inner(pytester)
+    passed_without_a_leak(result, 4)
 
 
 # A wider fixture's thread that keeps what it made where the test cannot see it: a heartbeat's
@@ -295,3 +397,31 @@ def test_a_reading_in_flight_in_a_busy_heartbeat_is_never_a_tests_leak(
     pytester.makepyfile(test_busy=BUSY_HEARTBEAT)
     result = run_inner(pytester)
     passed_without_a_leak(result, 30)
+
+
+def test_tensorflows_constant_maker_is_its_own_again_once_the_scope_ends(
+    pytester: pytest.Pytester,
+) -> None:
+    """Watching a fixture's thread wraps TensorFlow's eager constant maker, which every thread's
+    ``tf.constant`` calls; the wrap goes with the last watched scope."""
+    from tensorflow.python.framework import constant_op
+
+    own = constant_op.convert_to_eager_tensor
+    pytester.makepyfile(
+        store=ELSEWHERE_STORE,
+        test_storing=STORING_PREFETCHER.format(make="tf.constant(np.ones((16, 16)))")
+        + """
+    def test_the_maker_is_wrapped_meanwhile(batches):
+        from tensorflow.python.framework import constant_op
+
+        assert constant_op.convert_to_eager_tensor is not OWN
+""",
+    )
+    pytester.makeconftest(
+        "from tensorflow.python.framework import constant_op\n"
+        "import test_storing\n"
+        "test_storing.OWN = constant_op.convert_to_eager_tensor\n"
+    )
+    result = run_inner(pytester)
+    passed_without_a_leak(result, 5)
+    assert constant_op.convert_to_eager_tensor is own

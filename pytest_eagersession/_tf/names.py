@@ -109,14 +109,27 @@ NAMES: tuple[PrivateName, ...] = (
     PrivateName(_CONTEXT, "clear_kernel_cache", "context.clear_caches", of="context"),
     PrivateName(_CONTEXT, "list_function_names", "tracing.registered_function_names", of="context"),
     # callbacks: op callbacks across threads
-    PrivateName(_CONTEXT, "add_op_callback", "callbacks.op_callback", of="context"),
+    PrivateName(
+        _CONTEXT, "add_op_callback", "callbacks.op_callback, callbacks.watch_thread", of="context"
+    ),
     PrivateName(_CONTEXT, "remove_op_callback", "callbacks.op_callback", of="context"),
     PrivateName(_CONTEXT, "op_callbacks", "callbacks.op_callback", of="context"),
-    PrivateName("tensorflow.python.eager.execute", "execute", "callbacks.op_callback"),
     PrivateName(
-        "tensorflow.python.eager.execute", "execute_with_callbacks", "callbacks.op_callback"
+        "tensorflow.python.eager.execute",
+        "execute",
+        "callbacks.op_callback, callbacks.watch_thread",
+    ),
+    PrivateName(
+        "tensorflow.python.eager.execute",
+        "execute_with_callbacks",
+        "callbacks.op_callback, callbacks.watch_thread",
     ),
     PrivateName("tensorflow.python.eager.execute", "quick_execute", "callbacks.op_callback"),
+    PrivateName(
+        "tensorflow.python.framework.constant_op",
+        "convert_to_eager_tensor",
+        "callbacks.watch_thread",
+    ),
     # resources: destroying handles, registries that keep objects
     PrivateName(
         "tensorflow.python.ops.gen_resource_variable_ops", "mutex_v2", "resources.destroy_handle"

@@ -1,0 +1,115 @@
+"""Threads started while a window is open, and the TensorFlow objects each of them makes.
+
+A fixture of a wider scope that starts a thread (a heartbeat, a prefetcher, a metrics
+recorder) owns what that thread makes, whenever it makes it: while a test runs too, when the
+collector's line gives every new object to the test's session. The window is open while the
+fixture is set up: ``threading.setprofile`` has each thread started meanwhile run a hook first,
+which watches that thread's eager tensors (``callbacks.watch_thread``) and then gives the
+thread back the profiler it would have had. Only those threads pay for being watched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pytest_eagersession import workers
+from pytest_eagersession.kinds import owned_handle, tensorflow_ready
+
+_Profiler = Callable[[Any, str, Any], object]
+
+#: The attribute of our hook that names the profiler it hands the thread back to.
+_BEFORE_OURS = "eagersession_profiler_before"
+
+
+class StartedThreads:
+    """Which window started each watched thread, and what those threads made (weakly)."""
+
+    def __init__(self) -> None:
+        self._made: dict[str, _Made] = {}
+        self._names: dict[str, list[str]] = {}
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def window(self, key: str) -> Iterator[None]:
+        """Threads started while the block runs (from any thread) are ``key``'s."""
+        previous: Any = threading.getprofile()
+        # Inside another window (a fixture that sets up another with getfixturevalue), the
+        # threads started are the inner one's alone: the outer hook is not chained.
+        outer: _Profiler | None = getattr(previous, _BEFORE_OURS, previous)
+        threading.setprofile(self._hook(key, outer))
+        try:
+            yield
+        finally:
+            threading.setprofile(previous)
+
+    def maker_of(self, obj: object, kind: str) -> str | None:
+        """The key of the window whose threads made ``obj`` (or its resource handle), or None."""
+        handle = owned_handle(obj, kind)
+        for key, made in list(self._made.items()):
+            if made.holds(obj) or (handle is not None and made.holds(handle)):
+                return key
+        return None
+
+    def thread_names(self, key: str) -> list[str]:
+        """The names of the threads ``key``'s window started, in the order they started."""
+        return list(self._names.get(key, ()))
+
+    def forget(self, key: str) -> None:
+        """Stop attributing to ``key`` (its scope ended); its threads are watched on, unused.
+
+        Once no window's threads are attributed, the wrap of TensorFlow's constant maker goes.
+        """
+        with self._lock:
+            made = self._made.pop(key, None)
+            self._names.pop(key, None)
+            last = made is not None and not self._made
+        if last:
+            from pytest_eagersession._tf.callbacks import unwrap_constants
+
+            unwrap_constants()
+
+    def _hook(self, key: str, previous: _Profiler | None) -> _Profiler:
+        def first_event(frame: Any, event: str, arg: Any) -> object:
+            sys.setprofile(previous)  # from now on, the profiler this thread would have had
+            thread = threading.current_thread()
+            if not workers.is_worker(thread) and tensorflow_ready():
+                self._watch(key, thread)
+            return previous(frame, event, arg) if previous is not None else None
+
+        setattr(first_event, _BEFORE_OURS, previous)
+        return first_event
+
+    def _watch(self, key: str, thread: threading.Thread) -> None:
+        from pytest_eagersession._tf.callbacks import watch_thread
+
+        with self._lock:
+            made = self._made.setdefault(key, _Made())
+            self._names.setdefault(key, []).append(thread.name)
+        watch_thread(made.add)
+
+
+class _Made:
+    """Weak references to objects, by id (tensors take no hash), each gone as its object dies."""
+
+    def __init__(self) -> None:
+        self._refs: dict[int, weakref.ref[Any]] = {}
+
+    def add(self, obj: object) -> None:
+        key = id(obj)
+        refs = self._refs
+
+        def forget(ref: weakref.ref[Any]) -> None:
+            if refs.get(key) is ref:
+                refs.pop(key, None)
+
+        with contextlib.suppress(TypeError):  # takes no weak reference: nothing to own
+            refs[key] = weakref.ref(obj, forget)
+
+    def holds(self, obj: object) -> bool:
+        ref = self._refs.get(id(obj))
+        return ref is not None and ref() is obj
