@@ -44,6 +44,7 @@ from pytest_eagersession.verdicts import (
     STATE_KEY,
     EagerSessionLeakWarning,
     ItemState,
+    TestCloseHints,
     judge,
 )
 
@@ -346,7 +347,8 @@ class TestSessions:
         _clear_last_traceback()
         started = time.perf_counter()
         reach = self._scopes.kept_elsewhere()
-        survivors = session.close(kept_elsewhere=reach)
+        routes = item.config.stash.get(ROUTES_KEY, None)
+        survivors = session.close(hints=TestCloseHints(reach, routes))
         state.timed("close", started)
         if session is self._open:
             self._open = None  # closed: nothing left for the end of the run

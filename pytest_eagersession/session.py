@@ -37,7 +37,7 @@ from pytest_eagersession.references import (
 )
 from pytest_eagersession.session_settings import SessionSettings, SessionStats
 from pytest_eagersession.strategies import DevicePlacementPolicy, ResourceCleanupStrategy
-from pytest_eagersession.survivors import AllowFilter, Survivor
+from pytest_eagersession.survivors import AllowFilter, CloseHints, Survivor
 from pytest_eagersession.tracking import TRACKER, Ownership, make_op_callback
 
 __all__ = [
@@ -343,24 +343,20 @@ class EagerSession:
 
     # ----------------------------------------------------------------- closing
 
-    def close(
-        self, *, kept_elsewhere: Callable[[Survivor], bool] | None = None
-    ) -> tuple[Survivor, ...]:
+    def close(self, *, hints: CloseHints | None = None) -> tuple[Survivor, ...]:
         """Delete every resource still registered and stop the cleaner. A second call is a no-op.
 
         Returns the survivors: tracked objects still alive after the cleanup, as plain records.
-        ``kept_elsewhere`` tells the survivors the caller will hand to another owner (a wider
-        scope's session): like allowed ones, they do not make the check collect the whole heap
-        to see whether they are garbage. Raises ``RuntimeError`` for the default session, which
-        lives as long as the process.
+        ``hints`` is what the caller knows of them (``CloseHints``): which it hands to
+        another owner, and which a holder it knows keeps; neither makes the check collect the
+        whole heap to see whether they are garbage. Raises ``RuntimeError`` for the default
+        session, which lives as long as the process.
         """
         if self._is_default:
             raise RuntimeError("Default eager session cannot be closed")
-        return self._close(kept_elsewhere)
+        return self._close(hints)
 
-    def _close(
-        self, kept_elsewhere: Callable[[Survivor], bool] | None = None
-    ) -> tuple[Survivor, ...]:
+    def _close(self, hints: CloseHints | None = None) -> tuple[Survivor, ...]:
         me = threading.get_ident()
         with self._lock:
             # A close that an exception cut short (KeyboardInterrupt, a timeout's signal, a
@@ -379,11 +375,11 @@ class EagerSession:
                 self._close_done.wait()
             return self._survivors or ()
         try:
-            return self._close_now(kept_elsewhere)
+            return self._close_now(hints)
         finally:
             self._close_done.set()
 
-    def _close_now(self, kept_elsewhere: Callable[[Survivor], bool] | None) -> tuple[Survivor, ...]:
+    def _close_now(self, hints: CloseHints | None) -> tuple[Survivor, ...]:
         if self._cleaner is not None:
             self._cleaner.request_stop()  # first: however close ends, the cleaner stops
         _OPEN_SESSIONS.discard(self)
@@ -409,9 +405,7 @@ class EagerSession:
             references.count_run()
             if tensorflow_ready():
                 tf_context.clear_caches(kernels=self._settings.clear_kernel_cache)
-                self._survivors = tuple(
-                    self._find_survivors(since=0, release=True, kept_elsewhere=kept_elsewhere)
-                )
+                self._survivors = tuple(self._find_survivors(since=0, release=True, hints=hints))
                 if self._settings.destroy_survivors:
                     survivors.destroy_resources(
                         survivor for survivor in self._survivors if not survivor.allowed
@@ -580,12 +574,12 @@ class EagerSession:
         since: int,
         *,
         release: bool = False,
-        kept_elsewhere: Callable[[Survivor], bool] | None = None,
+        hints: CloseHints | None = None,
     ) -> list[Survivor]:
         if TRACKER.is_innermost(self):
             TRACKER.attribute()
         with COUNTING:  # no cleaner holds a tensor of the code's while it is judged
-            return self._check.find(since, release=release, kept_elsewhere=kept_elsewhere)
+            return self._check.find(since, release=release, hints=hints)
 
 
 @atexit.register

@@ -14,9 +14,9 @@ import re
 import sys
 import types
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias, Union
+from typing import Any, Protocol, TypeAlias, Union
 
 from pytest_eagersession import garbage, heap, walks
 from pytest_eagersession._tf import gradients, resources
@@ -119,6 +119,16 @@ def _pattern_predicate(pattern: re.Pattern[str]) -> AllowPredicate:
     return matches
 
 
+class CloseHints(Protocol):
+    """What the code that closes a session knows of its survivors, to spare a whole collection."""
+
+    def kept_elsewhere(self, survivor: Survivor) -> bool:
+        """Whether the caller hands ``survivor`` to another owner (a wider scope's session)."""
+
+    def known_holders(self, objects: Sequence[object]) -> Collection[int]:
+        """The ids of those of ``objects`` that a chain from a live root is known to hold."""
+
+
 def find(
     ownership: Ownership,
     since: int,
@@ -126,7 +136,7 @@ def find(
     allow: AllowPredicate | None,
     generator_before: weakref.ref[Any] | None = None,
     retention: Retention | None = None,
-    kept_elsewhere: Callable[[Survivor], bool] | None = None,
+    hints: CloseHints | None = None,
     old_holders: Sequence[weakref.ref[Any]] = (),
 ) -> list[Survivor]:
     """The survivors among ``ownership``'s records; collects garbage only when some are alive.
@@ -136,12 +146,15 @@ def find(
     The first collection walks what was made since the tracker's line alone (a session that
     closes keeps its objects there until this check ends), again while it frees something and a
     survivor is left that would be reported (neither allowed, nor kept by TensorFlow, nor one
-    that ``kept_elsewhere`` says the caller hands to another owner). Such a survivor may be
-    part of a cycle frozen while alive: proven garbage (``_without_garbage``), it is dropped. Only
-    what is left unproven makes the check collect the heap whole, since an old cycle may be
-    what keeps it, and find the survivors again: a whole collection with TensorFlow loaded
-    costs hundreds of milliseconds. A survivor that ``retention`` says TensorFlow keeps is
-    marked so.
+    that ``hints`` says the caller hands to another owner). Such a survivor may be part of a
+    cycle frozen while alive: proven garbage (``_garbage_left``), it is dropped. Only what is
+    left unproven, and that no holder the caller knows keeps (``hints.known_holders``: a chain
+    from a live module is proof that it is alive), makes the check collect the heap whole,
+    since an old cycle may be what keeps it, and find the survivors again: a whole collection
+    with TensorFlow loaded costs hundreds of milliseconds. ``old_holders`` are objects made
+    before the session that may be such a cycle (a unittest case that pytest made at
+    collection, whose attributes hold what its ``setUp`` made): the proof looks at them too. A
+    survivor that ``retention`` says TensorFlow keeps is marked so.
     """
     if not ownership.alive(since):
         return []
@@ -150,7 +163,7 @@ def find(
         return (
             not survivor.allowed
             and survivor.retention is None
-            and not (kept_elsewhere is not None and kept_elsewhere(survivor))
+            and not (hints is not None and hints.kept_elsewhere(survivor))
         )
 
     collected = TRACKER.collect_new()
@@ -167,10 +180,13 @@ def find(
         found = _survivors(ownership, since, is_detached, allow, generator_before, retention)
         if not any(map(reported, found)):
             return found
-    left = _without_garbage(found, reported, old_holders)
-    if left is not None:
+    left = _garbage_left(found, old_holders)
+    if left is not None and not any(map(reported, left)):
+        return left
+    if left is not None and hints is not None and _all_held(left, reported, hints):
         return left
     found = []  # weak references and text only, but nothing of theirs is needed now
+    left = None
     TRACKER.collect_whole()
     return _survivors(ownership, since, is_detached, allow, generator_before, retention)
 
@@ -182,40 +198,47 @@ MORE_YOUNG_COLLECTIONS = 3
 GARBAGE_LEFT_BYTES = 1 << 20
 
 
-def _without_garbage(
-    found: list[Survivor],
-    reported: Callable[[Survivor], bool],
-    old_holders: Sequence[weakref.ref[Any]] = (),
+def _garbage_left(
+    found: list[Survivor], old_holders: Sequence[weakref.ref[Any]] = ()
 ) -> list[Survivor] | None:
-    """``found`` less the survivors proven garbage without a whole collection; None unless
-    every one that ``reported`` is proven, and those proven hold at most
-    ``GARBAGE_LEFT_BYTES``.
+    """``found`` less the survivors proven garbage without a whole collection; None when those
+    proven hold more than ``GARBAGE_LEFT_BYTES`` (collected at once, for the next test).
 
     A cycle that died after other code collected or listed the heap was frozen while alive
     (``heap.Boundary``): the young collection cannot reach it, a whole one costs hundreds of
-    milliseconds with TensorFlow loaded. Trial deletion over what the survivors and the objects
-    frozen while new lead to (``garbage.unreachable``) proves such a cycle dead in about a
-    millisecond; it stays in memory until the interpreter's next whole collection, as it would
-    without the plugin.
+    milliseconds with TensorFlow loaded. Trial deletion over what the survivors, the objects
+    frozen while new and ``old_holders`` lead to (``garbage.unreachable``) proves such a cycle
+    dead in about a millisecond; it stays in memory until the interpreter's next whole
+    collection, as it would without the plugin.
     """
     proven = garbage.unreachable(
         [s.ref for s in found if s.ref is not None],
         [*TRACKER.frozen_new(), *old_holders],
         new=heap.ids((0, 1, 2)),  # what the line holds: made since it was drawn
     )
-    if not proven:
-        return None
     dead: list[Survivor] = []
     left: list[Survivor] = []
     for survivor in found:
         obj = survivor.ref() if survivor.ref is not None else None
         (dead if obj is None or id(obj) in proven else left).append(survivor)
         del obj
-    if any(map(reported, left)):
-        return None
     if sum(s.description.nbytes or 0 for s in dead) > GARBAGE_LEFT_BYTES:
         return None
     return left
+
+
+def _all_held(
+    survivors: Sequence[Survivor], reported: Callable[[Survivor], bool], hints: CloseHints
+) -> bool:
+    """Whether a holder the caller knows keeps every survivor that would be reported."""
+    objects = [s.ref() for s in survivors if reported(s) and s.ref is not None]
+    try:
+        if any(obj is None for obj in objects):
+            return False  # died meanwhile: a whole collection settles what is left
+        held = hints.known_holders(objects)
+        return all(id(obj) in held for obj in objects)
+    finally:
+        objects.clear()
 
 
 def _survivors(
@@ -312,7 +335,7 @@ class SurvivorCheck:
         since: int,
         *,
         release: bool = False,
-        kept_elsewhere: Callable[[Survivor], bool] | None = None,
+        hints: CloseHints | None = None,
     ) -> list[Survivor]:
         """The survivors newer than ``since``; first release TensorFlow's retention if asked."""
         retention = None
@@ -326,7 +349,7 @@ class SurvivorCheck:
             self._allow,
             generator_before=self._generator_before,
             retention=retention,
-            kept_elsewhere=kept_elsewhere,
+            hints=hints,
             old_holders=self._old_holders,
         )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ from pytest_eagersession.report import Advice, LeakRecord, build_records, render
 from pytest_eagersession.routes import KnownRoutes
 from pytest_eagersession.session import EagerSession
 from pytest_eagersession.settings import LeakMode, Settings, TestPolicy
+from pytest_eagersession.survivors import Survivor
 
 #: The report's advice in the words of a pytest user.
 PYTEST_ADVICE = Advice(
@@ -86,6 +88,27 @@ ROUTES_KEY = pytest.StashKey[KnownRoutes]()
 #: Each item's ``ItemState``; pytest keeps every item to the end of the run, so the plugin
 #: removes it when the item's teardown is reported.
 STATE_KEY = pytest.StashKey[ItemState]()
+
+
+class TestCloseHints:
+    """What the plugin knows of a test's survivors as its session closes
+    (``survivors.CloseHints``): what the wider scopes take over, and the holders that the run's
+    reports explained before (a leak held the way an earlier one was needs no whole
+    collection to be told from garbage)."""
+
+    def __init__(
+        self, kept_elsewhere: Callable[[Survivor], bool] | None, routes: KnownRoutes | None
+    ) -> None:
+        self._kept_elsewhere = kept_elsewhere
+        self._routes = routes
+
+    def kept_elsewhere(self, survivor: Survivor) -> bool:
+        """Whether a wider scope takes ``survivor`` over."""
+        return self._kept_elsewhere is not None and self._kept_elsewhere(survivor)
+
+    def known_holders(self, objects: Sequence[object]) -> set[int]:
+        """The ids of ``objects`` that a holder explained before in the run still keeps."""
+        return self._routes.held(objects) if self._routes is not None else set()
 
 
 def state_of(item: pytest.Item) -> ItemState:

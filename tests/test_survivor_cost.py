@@ -58,6 +58,30 @@ def test_a_survivor_a_wider_fixture_takes_over_costs_no_whole_collection(
     assert whole_collections == [1]  # a survivor it reports: the heap is collected whole first
 
 
+REPEATED_LEAK_SUITE = """
+    import pytest
+    import tensorflow as tf
+
+    KEPT = []
+
+    @pytest.mark.parametrize("step", range(3))
+    def test_keeps_one(step):
+        KEPT.append(tf.ones([4]))
+"""
+
+
+def test_a_leak_held_where_an_earlier_one_was_costs_no_whole_collection(
+    pytester: pytest.Pytester, whole_collections: list[int]
+) -> None:
+    """The first leak's report teaches the run its holder; the next leaks held there are proven
+    alive by following it, not by collecting the whole heap."""
+    pytester.makepyfile(test_repeated=REPEATED_LEAK_SUITE)
+    result = run_inner(pytester, "-p", "no:randomly")
+    result.assert_outcomes(passed=3, errors=3)
+    result.stdout.fnmatch_lines(["*held by test_repeated.KEPT (list)*"] * 3)
+    assert whole_collections == [1]
+
+
 FROZEN_CYCLE_SUITE = """
     import gc
     import weakref
