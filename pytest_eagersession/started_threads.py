@@ -36,7 +36,13 @@ class StartedThreads:
 
     @contextlib.contextmanager
     def window(self, key: str) -> Iterator[None]:
-        """Threads started while the block runs (from any thread) are ``key``'s."""
+        """Threads started while the block runs (from any thread) are ``key``'s.
+
+        Before TensorFlow is imported nothing is watched, and nothing is set.
+        """
+        if not tensorflow_ready():
+            yield
+            return
         previous: Any = threading.getprofile()
         # Inside another window (a fixture that sets up another with getfixturevalue), the
         # threads started are the inner one's alone: the outer hook is not chained.
