@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,6 +22,9 @@ from pytest_eagersession import workers
 from pytest_eagersession.kinds import owned_handle, tensorflow_ready
 
 _Profiler = Callable[[Any, str, Any], object]
+
+#: How long closing a window waits for the threads started in it to be hooked.
+HOOK_WAIT_S = 1.0
 
 #: The attribute of our hook that names the profiler it hands the thread back to.
 _BEFORE_OURS = "eagersession_profiler_before"
@@ -33,6 +37,8 @@ class StartedThreads:
         self._made: dict[str, _Made] = {}
         self._names: dict[str, list[str]] = {}
         self._lock = threading.Lock()
+        self._hooked: set[int | None] = set()  # idents of the threads whose hook ran
+        self._hooked_changed = threading.Condition()
 
     @contextlib.contextmanager
     def window(self, key: str) -> Iterator[None]:
@@ -47,11 +53,26 @@ class StartedThreads:
         # Inside another window (a fixture that sets up another with getfixturevalue), the
         # threads started are the inner one's alone: the outer hook is not chained.
         outer: _Profiler | None = getattr(previous, _BEFORE_OURS, previous)
+        before = set(threading.enumerate())
         threading.setprofile(self._hook(key, outer))
         try:
             yield
         finally:
+            self._await_hooks([thread for thread in threading.enumerate() if thread not in before])
             threading.setprofile(previous)
+
+    def _await_hooks(self, started: list[threading.Thread]) -> None:
+        """Wait until each thread of ``started`` ran the hook (or ended), for up to
+        ``HOOK_WAIT_S``: ``Thread.start()`` returns before the new thread reads the profiler it
+        will run, and a window closed first would leave it unwatched."""
+        deadline = time.monotonic() + HOOK_WAIT_S
+        with self._hooked_changed:
+            while any(thread.ident not in self._hooked and thread.is_alive() for thread in started):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._hooked_changed.wait(min(left, 0.01))
+            self._hooked.difference_update(thread.ident for thread in started)
 
     def maker_of(self, obj: object, kind: str) -> str | None:
         """The key of the window whose threads made ``obj`` (or its resource handle), or None."""
@@ -83,8 +104,13 @@ class StartedThreads:
         def first_event(frame: Any, event: str, arg: Any) -> object:
             sys.setprofile(previous)  # from now on, the profiler this thread would have had
             thread = threading.current_thread()
-            if not workers.is_worker(thread) and tensorflow_ready():
-                self._watch(key, thread)
+            try:
+                if not workers.is_worker(thread) and tensorflow_ready():
+                    self._watch(key, thread)
+            finally:
+                with self._hooked_changed:
+                    self._hooked.add(thread.ident)
+                    self._hooked_changed.notify_all()
             return previous(frame, event, arg) if previous is not None else None
 
         setattr(first_event, _BEFORE_OURS, previous)
