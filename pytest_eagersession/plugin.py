@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from pytest_eagersession import workers
 from pytest_eagersession.assertions import EagerChecks
 from pytest_eagersession.kinds import tensorflow_ready
 from pytest_eagersession.peak_check import PeakCheck
@@ -375,7 +374,6 @@ class TestSessions:
             with contextlib.suppress(Exception):
                 interrupted.close()
         self._scopes.close_all()
-        workers.end_parked()  # the cleaners' threads kept for the next sessions
 
 
 # ----------------------------------------------------------------- fixtures

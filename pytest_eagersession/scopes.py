@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from pytest_eagersession import workers
+from pytest_eagersession.cleaner import is_cleaner_thread
 from pytest_eagersession.fixture_values import owned_kind
 from pytest_eagersession.session import EagerSession, SessionOptions
 from pytest_eagersession.settings import LeakMode, Settings, SettingsError, TestPolicy, policy_for
@@ -129,7 +129,7 @@ class ScopeSessions:
         started = [
             thread
             for thread in threading.enumerate()
-            if thread not in threads_before and not workers.is_worker(thread)
+            if thread not in threads_before and not is_cleaner_thread(thread)
         ]
         values = self._values.setdefault(key, [])
         values.append(value)

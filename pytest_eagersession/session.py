@@ -24,7 +24,8 @@ from pytest_eagersession._tf import callbacks as tf_callbacks
 from pytest_eagersession._tf import context as tf_context
 from pytest_eagersession._tf import resources as tf_resources
 from pytest_eagersession.activations import OPEN_SESSIONS, thread_activations
-from pytest_eagersession.cleaner import COUNTING, Cleaner, GarbageWatch
+from pytest_eagersession.cleaner import Cleaner
+from pytest_eagersession.cycle_watch import COUNTING, GarbageWatch
 from pytest_eagersession.errors import SessionClosedError
 from pytest_eagersession.kinds import tensorflow_ready
 from pytest_eagersession.operations import EagerOperationBuilder
@@ -169,7 +170,7 @@ class EagerSession:
         settings = options.settings
         self._settings = settings
         self._strategy = settings.resource_cleanup_strategy
-        self._references = ReferenceRegistry(garbage_queue, on_register=self._start_cleaner)
+        self._references = ReferenceRegistry(garbage_queue)
         self._lock = threading.Lock()
         self._closed = False
         self._closing_thread: int | None = None
@@ -315,11 +316,6 @@ class EagerSession:
         """Raise ``SessionClosedError`` once the session is closed."""
         if self._closed:
             raise SessionClosedError()
-
-    def _start_cleaner(self) -> None:
-        """A reference joined: the cleaner's thread must run to delete it once it dies."""
-        if self._cleaner is not None:
-            self._cleaner.start()
 
     def resume(self) -> None:
         """It owns new objects again (a session activated inside it ended): watch afresh.

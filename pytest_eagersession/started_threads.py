@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pytest_eagersession import workers
+from pytest_eagersession.cleaner import is_cleaner_thread
 from pytest_eagersession.kinds import owned_handle, tensorflow_ready
 
 _Profiler = Callable[[Any, str, Any], object]
@@ -105,7 +105,7 @@ class StartedThreads:
             sys.setprofile(previous)  # from now on, the profiler this thread would have had
             thread = threading.current_thread()
             try:
-                if not workers.is_worker(thread) and tensorflow_ready():
+                if not is_cleaner_thread(thread) and tensorflow_ready():
                     self._watch(key, thread)
             finally:
                 with self._hooked_changed:

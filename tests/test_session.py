@@ -251,45 +251,72 @@ def test_close_deletes_references_whose_referent_is_alive(make_session, strategy
     assert referent is not None
 
 
-def test_in_background_has_a_daemon_thread_of_its_own_from_first_use_until_close_parks_it() -> None:
-    from pytest_eagersession import workers
+def package_threads() -> list[threading.Thread]:
+    """The package's threads alive now (every cleaner is named ``eagersession-...``)."""
+    return [thread for thread in threading.enumerate() if thread.name.startswith("eagersession-")]
 
-    workers.end_parked()
+
+def test_in_background_has_a_daemon_thread_of_its_own_from_build_to_close() -> None:
+    """As in TensorFlow Java: each session's thread starts as it is built and ends as it is
+    closed (the close waits for its end); closing one leaves the other's running."""
     before = set(threading.enumerate())
     session = EagerSession.create()
     other = EagerSession.create()
     assert session.cleaner is not None
     assert other.cleaner is not None
-    assert set(threading.enumerate()) == before  # built, not used: no thread yet
-    assert (session.cleaner.thread, other.cleaner.thread) == (None, None)
-    assert not session.cleaner.running
-    session.activate()  # the first activation starts it
-    session.deactivate()
-    referent = Referent()
-    CountingReference(other, referent)  # and so does the first reference registered
-    started = [thread for thread in threading.enumerate() if thread not in before]
-    thread = session.cleaner.thread
-    assert thread is not None
-    assert sorted(started, key=id) == sorted([thread, other.cleaner.thread], key=id)
+    thread, other_thread = session.cleaner.thread, other.cleaner.thread
+    assert set(threading.enumerate()) - before == {thread, other_thread}
     assert thread.daemon
     assert thread.name == f"eagersession-cleaner-{id(session):x}"
-    session.close()
+    assert session.cleaner.running
+    session.close()  # waits for the thread to end: a check right after finds none of ours
     assert not session.cleaner.running
-    assert other.cleaner.running  # the other session's thread is still its own
-    assert thread.is_alive()
-    assert wait_until(lambda: workers.parked_threads() == [thread])
-    assert thread.name == workers.PARKED_NAME
-    again = EagerSession.create()  # a new session takes the parked thread: no thread started
-    assert again.cleaner is not None
-    with again:
-        assert again.cleaner.thread is thread
-        assert thread.name == f"eagersession-cleaner-{id(again):x}"
-        assert workers.parked_threads() == []
-    assert set(threading.enumerate()) - before == set(started)
-    other.close()
-    workers.end_parked()
     assert not thread.is_alive()
-    assert workers.parked_threads() == []
+    assert other.cleaner.running
+    other.close()
+    assert set(threading.enumerate()) == before
+
+
+def test_once_every_session_is_closed_no_thread_of_the_package_is_alive() -> None:
+    """Sessions used every way a suite uses them (nested, activated in threads, deleting,
+    never activated) leave no thread once closed: none is parked for later."""
+    import tensorflow as tf
+
+    before = set(package_threads())  # sessions other tests left open, if any
+    sessions = [EagerSession.create() for _ in range(6)]
+    sessions[0].activate()
+    sessions[1].activate()  # nested
+    referents = [Referent() for _ in range(3)]
+    for referent in referents:
+        CountingReference(sessions[0], referent)
+    tf.constant(1.0) + 1.0
+    del referents  # the first session's thread deletes them
+    sessions[1].deactivate()
+    sessions[0].deactivate()
+    worker = threading.Thread(target=lambda: sessions[2].activate() and sessions[2].deactivate())
+    worker.start()
+    worker.join()
+    assert len(set(package_threads()) - before) == 6
+    for session in sessions:
+        session.close()
+    assert set(package_threads()) <= before
+
+
+def test_a_closed_sessions_thread_keeps_nothing_of_it() -> None:
+    import gc
+    import weakref
+
+    session = EagerSession.create()
+    with session:
+        pass
+    assert session.cleaner is not None
+    thread = session.cleaner.thread
+    ref = weakref.ref(session)
+    session.close()
+    del session
+    assert not thread.is_alive()
+    gc.collect()
+    assert ref() is None
 
 
 def test_close_waits_for_the_deleter_under_way_and_deletes_what_is_queued_itself() -> None:
@@ -323,51 +350,31 @@ def test_close_waits_for_the_deleter_under_way_and_deletes_what_is_queued_itself
     ]
 
 
-def test_a_session_closed_unused_never_starts_its_thread() -> None:
-    from pytest_eagersession import workers
+def test_a_session_activated_long_after_its_build_is_still_cleaned(make_session) -> None:
+    """The thread's first wait assumes an activation soon after the build; a session activated
+    later (a wider fixture's, built before its first test) wakes it and is watched."""
+    import tensorflow as tf
 
-    workers.end_parked()
-    before = set(threading.enumerate())
-    session = EagerSession.create()
-    session.close()
-    assert session.cleaner is not None
-    session.cleaner.wake()  # late: a stopped cleaner starts no thread
-    session.cleaner.start()
-    assert session.cleaner.thread is None
-    assert set(threading.enumerate()) == before
+    session = make_session(IN_BACKGROUND)
+    threading.Event().wait(0.05)  # the scenario: nothing happens for a while after the build
 
+    class Cyclic:
+        def __init__(self, value: object) -> None:
+            self.value, self.me = value, self
 
-def test_a_parked_thread_keeps_nothing_of_its_session_and_parking_is_bounded() -> None:
-    import gc
-    import weakref
-
-    from pytest_eagersession import workers
-
-    workers.end_parked()
-    sessions = [EagerSession.create() for _ in range(workers.PARKED_MOST + 2)]
-    for session in sessions:
-        session.activate()
-    for session in reversed(sessions):
-        session.deactivate()
-    threads = [session.cleaner.thread for session in sessions if session.cleaner is not None]
-    assert None not in threads
-    refs = [weakref.ref(session) for session in sessions]
-    for session in sessions:
-        session.close()
-    del sessions, session
-    # Each thread leaves its closed session at its next wake, which close does not wait for.
-    assert wait_until(lambda: gc.collect() >= 0 and [ref() for ref in refs] == [None] * len(refs))
-    assert len(workers.parked_threads()) == workers.PARKED_MOST
-    assert wait_until(lambda: sum(t.is_alive() for t in threads if t) == workers.PARKED_MOST)
-    workers.end_parked()
-    assert not any(t.is_alive() for t in threads if t)
+    with session:
+        for i in range(40):
+            Cyclic(tf.fill([256, 1024], float(i)))  # 1 MiB each, only in cycles
+        assert wait_until(lambda: session.stats().cycle_collections > 0)
 
 
 @pytest.mark.parametrize("strategy", [ON_SAFE_POINTS, ON_SESSION_CLOSE])
 def test_other_strategies_start_no_thread(strategy) -> None:
-    before = threading.active_count()
+    before = set(threading.enumerate())
     session = EagerSession.options().resource_cleanup_strategy(strategy).build()
-    assert threading.active_count() == before
+    assert session.cleaner is None
+    with session:
+        assert set(threading.enumerate()) == before
     session.close()
 
 

@@ -368,138 +368,34 @@ class RecordingQueue(queue.Queue):  # type: ignore[type-arg]
         super().put(item, block, timeout)
 
 
-def _waiting(thread: threading.Thread) -> bool:
-    """Whether ``thread`` is blocked in a ``RecordingQueue``'s wait."""
-    frame = sys._current_frames().get(thread.ident or 0)
-    return frame is not None and frame.f_code.co_name == "wait"
-
-
 def _ends(session: EagerSession) -> Callable[[], bool]:
     """Whether ``session`` was freed: its cleaner's thread no longer runs its job."""
     ref = weakref.ref(session)
     return lambda: gc.collect() >= 0 and ref() is None
 
 
-def test_a_close_leaves_a_cleaner_in_a_short_wait_asleep_and_it_leaves_by_itself() -> None:
-    garbage = RecordingQueue()
-    ended, _ = _closed_asleep(garbage)  # the thread was not woken to be told: its wait ends soon
-    assert wait_for(ended)  # its wait ended, and it left
-
-
-def _closed_asleep(garbage: RecordingQueue) -> tuple[Callable[[], bool], threading.Thread]:
-    """Open and close a session on ``garbage`` whose thread is asleep in its first wait; returns
-    whether the session was freed (its thread left its job), and the thread."""
-    import tensorflow as tf
-
-    from pytest_eagersession import workers
-
-    session = EagerSession.options().build(garbage_queue=garbage)
-    with session:
-        tf.constant(1.0)
-        assert session.cleaner is not None
-        thread = session.cleaner.thread
-        assert thread is not None
-        assert wait_for(lambda: _waiting(thread))
-    assert garbage.puts == []
-    assert thread in workers.parked_threads()  # parked while its job still waits
-    return _ends(session), thread
-
-
-@pytest.mark.parametrize("wait_s", [1.0, 30.0])
-def test_the_next_session_takes_a_closed_cleaners_thread_waking_it_only_if_it_sleeps_long(
-    monkeypatch, wait_s: float
-) -> None:
-    """The next session's start wakes the thread (once: the first job leaves, the second runs)
-    unless its wait ends within ``FIRST_WAIT_MOST_S``; then the second job runs as it ends."""
-    from pytest_eagersession import cleaner, workers
+@pytest.mark.parametrize("state", ["just built", "active", "idle"])
+def test_a_close_ends_the_cleaners_thread_whatever_its_wait(state: str) -> None:
+    """A closed session's thread leaves as it reads the close's ``STOP``, and the close waits
+    for that: from its first wait (just built), a timed one (active), or an untimed one (idle:
+    deactivated, its first wait over); nothing of the session stays with it."""
     from pytest_eagersession.references import STOP
 
-    workers.end_parked()
-    monkeypatch.setattr(cleaner, "QUIET_START_S", wait_s)  # the first session's first wait
-    monkeypatch.setattr(cleaner, "FIRST_WAIT_MOST_S", 2.0)
-    monkeypatch.setattr(cleaner, "STOP_UNWOKEN_S", 60.0)  # its close wakes nobody
-    garbage = RecordingQueue()
-    ended, thread = _closed_asleep(garbage)
-    started = time.monotonic()
-    second_garbage = RecordingQueue()
-    second = EagerSession.options().build(garbage_queue=second_garbage)
-    with second:
-        assert second.cleaner is not None
-        assert second.cleaner.thread is thread
-        if wait_s > 2.0:
-            assert garbage.puts == [STOP]  # woken now
-            assert wait_for(ended)
-            assert time.monotonic() - started < 10  # not the 30 s wait
-        else:
-            assert garbage.puts == []  # left asleep: it wakes within a second
-            assert not ended()
-            assert wait_for(ended, timeout=5)
-            assert time.monotonic() - started > 0.5
-        assert second.cleaner.running
-        assert wait_for(lambda: second.cleaner is not None and second.cleaner._wait.ends > 0)
-    assert second_garbage.puts == []
-    workers.end_parked()
-    assert not thread.is_alive()
-
-
-def test_a_threads_first_wait_grows_while_its_sessions_end_inside_it(monkeypatch) -> None:
-    """Back-to-back short sessions: each that ends inside the thread's first (timed) wait
-    doubles the next one's, up to ``FIRST_WAIT_MOST_S``; one that outlives it brings it back
-    down."""
-    import tensorflow as tf
-
-    from pytest_eagersession import cleaner, workers
-
-    workers.end_parked()
-    monkeypatch.setattr(cleaner, "QUIET_START_S", 0.1)
-    monkeypatch.setattr(cleaner, "FIRST_WAIT_MOST_S", 0.4)
-
-    def first_wait(linger: float = 0.0) -> float:
-        session = EagerSession.create()
-        with session:
-            tf.constant(1.0)
-            assert session.cleaner is not None
-            wait = session.cleaner._wait
-            assert wait_for(lambda: wait.ends > 0, timeout=5)
-            left = wait.ends - time.monotonic()
-            time.sleep(linger)
-        return left
-
-    with monkeypatch.context() as patched:  # nothing to watch: the wait is untimed
-        patched.setattr(cleaner, "tensorflow_ready", lambda: False)
-        untimed = EagerSession.create()
-        with untimed:
-            assert untimed.cleaner is not None
-            wait = untimed.cleaner._wait
-            assert wait_for(lambda: wait.ends == float("inf"), timeout=5)
-    waits = [first_wait() for _ in range(4)]
-    assert 0.05 < waits[0] <= 0.1  # an untimed wait's end says nothing of the tests' length
-    assert 0.1 < waits[1] <= 0.2
-    assert 0.2 < waits[2] <= 0.4
-    assert 0.2 < waits[3] <= 0.4  # no longer than the most
-    first_wait(linger=0.6)  # outlives its first wait
-    assert 0.05 < first_wait() <= 0.1
-    workers.end_parked()
-
-
-def test_a_close_wakes_a_cleaner_whose_wait_is_untimed(monkeypatch) -> None:
-    from pytest_eagersession import cleaner
-    from pytest_eagersession.references import STOP
-
-    monkeypatch.setattr(cleaner, "tensorflow_ready", lambda: False)  # nothing to watch
     garbage = RecordingQueue()
     session = EagerSession.options().build(garbage_queue=garbage)
-    session.activate()
     assert session.cleaner is not None
     thread = session.cleaner.thread
-    assert thread is not None
-    assert wait_for(lambda: _waiting(thread))
-    time.sleep(0.05)  # in its untimed wait by now
+    if state != "just built":
+        session.activate()
+    if state == "idle":
+        session.deactivate()
+        threading.Event().wait(0.05)  # the scenario: nothing happens for a while
     session.close()
-    assert garbage.puts[:1] == [STOP]  # woken now (the close's discard may put it back)
+    assert garbage.puts[:1] == [STOP]
+    assert not thread.is_alive()
     ended = _ends(session)
     del session
-    assert wait_for(ended)
+    assert ended()
 
 
 def test_tensorflow_threads_run_python_inside_an_active_session() -> None:

@@ -301,7 +301,7 @@ def test_a_survivor_check_never_sees_a_tensor_that_only_the_cleaner_is_counting(
     check then must wait for the count, not report the tensor the count alone keeps alive."""
     import tensorflow as tf
 
-    from pytest_eagersession import cleaner
+    from pytest_eagersession import cycle_watch
     from pytest_eagersession._tf.classes import tensor_measures
 
     tensor_class, measures = tensor_measures()
@@ -315,7 +315,7 @@ def test_a_survivor_check_never_sees_a_tensor_that_only_the_cleaner_is_counting(
         return obj
 
     monkeypatch.setattr(
-        cleaner,
+        cycle_watch,
         "tensor_measures",
         lambda: (tensor_class, [[slow_on_the_target, *measures[0]], measures[1]]),
     )

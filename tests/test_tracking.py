@@ -19,9 +19,15 @@ import pytest
 from support import IN_BACKGROUND, ON_SAFE_POINTS, ON_SESSION_CLOSE
 from support import wait_until as wait_for
 
-from pytest_eagersession import EagerSession, NativeReference, ResourceCleanupStrategy, cleaner
+from pytest_eagersession import (
+    EagerSession,
+    NativeReference,
+    ResourceCleanupStrategy,
+    cleaner,
+    cycle_watch,
+)
 from pytest_eagersession._tf.classes import tensor_measures, variable_nbytes
-from pytest_eagersession.cleaner import CYCLE_BYTES_THRESHOLD, GarbageWatch
+from pytest_eagersession.cycle_watch import CYCLE_BYTES_THRESHOLD, GarbageWatch
 from pytest_eagersession.survivors import Survivor
 from pytest_eagersession.tracking import TRACKER
 
@@ -1100,7 +1106,7 @@ def test_a_variables_size_is_read_once_while_it_lives_and_never_keeps_it(
         read.append(id(variable))
         return variable_nbytes(variable)
 
-    monkeypatch.setattr(cleaner, "variable_nbytes", counted)
+    monkeypatch.setattr(cycle_watch, "variable_nbytes", counted)
     session = make_session(ON_SESSION_CLOSE, track_creation=False)
     with automatic_gc_held_off(), session:
         watch = GarbageWatch(session, threshold=64 * MIB)
@@ -1131,7 +1137,7 @@ def test_a_tensors_size_is_measured_once_while_it_lives_and_never_keeps_it(
         return obj
 
     probing = [[probe, *measures[0]], *measures[1:]]
-    monkeypatch.setattr(cleaner, "tensor_measures", lambda: (tensor_class, probing))
+    monkeypatch.setattr(cycle_watch, "tensor_measures", lambda: (tensor_class, probing))
     session = make_session(ON_SESSION_CLOSE, track_creation=False)
     with automatic_gc_held_off(), session:
         watch = GarbageWatch(session, threshold=64 * MIB)
