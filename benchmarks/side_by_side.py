@@ -28,7 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import realsuite  # the gate's runner, beside this file
+from gate import comparing, reading, records, reporting, running  # the gate, beside this file
+from gate.main import positive
 
 
 def main(argv: Sequence[str]) -> int:
@@ -37,7 +38,7 @@ def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rounds", type=realsuite.positive, default=1, metavar="N")
+    parser.add_argument("--rounds", type=positive, default=1, metavar="N")
     parser.add_argument("--json", metavar="PATH", help="write the figures as JSON here")
     parser.add_argument(
         "--out", metavar="DIR", help="the runs' outputs go here (default: a new temporary folder)"
@@ -50,10 +51,10 @@ def main(argv: Sequence[str]) -> int:
     folder = Path(options.out) if options.out else Path(tempfile.mkdtemp(prefix="side-by-side-"))
     folder.mkdir(parents=True, exist_ok=True)
     print(f"side_by_side: outputs in {folder}", flush=True)
-    sides: dict[str, realsuite.Run] = {}
+    sides: dict[str, records.Run] = {}
     for round_ in range(options.rounds):
 
-        def start(name: str, filler: bool, round_: int = round_) -> realsuite.Started:
+        def start(name: str, filler: bool, round_: int = round_) -> running.Started:
             stem = f"{name}-round{round_ + 1}" + ("-filler" if filler else "")
             junit, report, log = (
                 folder / f"{kind}-{stem}"
@@ -64,17 +65,17 @@ def main(argv: Sequence[str]) -> int:
                 command += [f"--eagersession-json={report}", *plugin_only]
             else:
                 command += ["-p", "no:eagersession"]
-            process = realsuite.launch([*command, *both], Path.cwd(), dict(os.environ), log)
-            return realsuite.Started(
+            process = running.launch([*command, *both], Path.cwd(), dict(os.environ), log)
+            return running.Started(
                 "suite", name, name == "on", process, junit, report, log, time.perf_counter()
             )
 
-        for run, wall, cpu in realsuite.side_by_side(start).values():
-            result = dataclasses.replace(realsuite.finished(run, wall, cpu), side_by_side=True)
-            realsuite.add_round(sides, result)
+        for run, wall, cpu in running.side_by_side(start).values():
+            result = dataclasses.replace(running.finished(run, wall, cpu), side_by_side=True)
+            running.add_round(sides, result)
     off, on = sides["off"], sides["on"]
-    realsuite.print_counts([off, on])
-    ratio = realsuite.ratios(off, on)
+    reporting.print_counts([off, on])
+    ratio = reporting.ratios(off, on)
     print(
         f"   plugin on / plugin off: {ratio['wall']:.3f}x wall time, {ratio['cpu']:.3f}x CPU time"
     )
@@ -83,7 +84,7 @@ def main(argv: Sequence[str]) -> int:
         f"   the plugin's cost per test: {per_test['wall']:+.2f} ms of wall time, "
         f"{per_test['cpu']:+.2f} ms of CPU time"
     )
-    differences = realsuite.compare(off, on)
+    differences = comparing.compare(off, on)
     print(f"   tests whose outcome differs: {len(differences)}")
     for difference in differences[:20]:
         why = " (a leak report)" if difference.leak else ""
@@ -91,8 +92,8 @@ def main(argv: Sequence[str]) -> int:
             f"   - {difference.nodeid}: {difference.off} without the plugin, "
             f"{difference.on} with it{why}"
         )
-    profile = realsuite.read_profile(on.report) if on.report is not None else {}
-    realsuite.print_profile(profile, on.wall_s / on.rounds)
+    profile = reading.read_profile(on.report) if on.report is not None else {}
+    reading.print_profile(profile, on.wall_s / on.rounds)
     if options.json:
         figures = {
             "arguments": {"both": both, "plugin_on": plugin_only},
@@ -106,7 +107,7 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-def cost_per_test(off: realsuite.Run, on: realsuite.Run) -> dict[str, float]:
+def cost_per_test(off: records.Run, on: records.Run) -> dict[str, float]:
     """What the plugin added per test and round, in milliseconds (wall and CPU)."""
     tests = max(1, sum(on.counts()[outcome] for outcome in ("passed", "failed", "error")))
     rounds = max(1, on.rounds)

@@ -8,13 +8,16 @@ import dataclasses
 import importlib.metadata
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support import load_script
 
-realsuite = load_script(Path(__file__).parent.parent / "benchmarks" / "realsuite.py", "realsuite")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from gate import main, reading, records, reporting, running, suites
+
 side_by_side = load_script(
     Path(__file__).parent.parent / "benchmarks" / "side_by_side.py", "side_by_side"
 )
@@ -35,36 +38,36 @@ def test_the_profile_sums_phases_apart_for_leaking_tests_and_names_the_dearest(
     ]
     report = tmp_path / "report.json"
     report.write_text(json.dumps({"tests": tests}))
-    profile = realsuite.read_profile(report, slowest=2)
+    profile = reading.read_profile(report, slowest=2)
     assert profile["tests"] == 4
     assert profile["leaking_tests"] == 1
     assert profile["phases_s"]["close"] == {"clean": 0.302, "leaking": 0.002}
     assert profile["phases_s"]["explain"] == {"clean": 0.0, "leaking": 0.5}
     assert [test["nodeid"] for test in profile["slowest"]] == ["a.py::leaky", "a.py::also_clean"]
-    realsuite.print_profile(profile, wall_s=10.0)
+    reading.print_profile(profile, wall_s=10.0)
     out = capsys.readouterr().out
     assert "== the plugin's time by phase: 0.8 s of the 10.0 s run (4 tests, 1 leaking)" in out
-    realsuite.print_profile(profile, wall_s=10.0, suite="sonnet")
+    reading.print_profile(profile, wall_s=10.0, suite="sonnet")
     out = capsys.readouterr().out
     assert "== sonnet: the plugin's time by phase: 0.8 s of the 10.0 s run" in out
-    assert realsuite.read_profile(tmp_path / "missing.json") == {}
+    assert reading.read_profile(tmp_path / "missing.json") == {}
 
 
 def test_each_library_is_a_suite_of_its_own_staged_under_another_name() -> None:
-    names = [suite.name for suite in realsuite.SUITES]
+    names = [suite.name for suite in suites.SUITES]
     assert names == ["keras", "sonnet"]
-    for suite in realsuite.SUITES:
+    for suite in suites.SUITES:
         assert suite.package not in (suite.module, suite.name)  # never shadows the library
         assert len(set(suite.files)) == len(suite.files)
-    paths = realsuite.gate_paths()
+    paths = reading.gate_paths()
     assert len(set(paths)) == len(paths)
     assert "_gate/sonnet_src/linear_test.py" in paths
-    assert "tf_style/test_tf_testcase.py" in realsuite.SUITES[0].paths()
+    assert "tf_style/test_tf_testcase.py" in suites.SUITES[0].paths()
 
 
-@pytest.mark.parametrize("suite", realsuite.SUITES, ids=lambda suite: suite.name)
+@pytest.mark.parametrize("suite", suites.SUITES, ids=lambda suite: suite.name)
 def test_the_installed_library_ships_every_test_file_of_its_suite(suite: Any) -> None:
-    source = realsuite.tests_root(suite)
+    source = suites.tests_root(suite)
     if source is None:
         pytest.skip(f"{suite.distribution} is not installed")
     try:
@@ -80,7 +83,7 @@ def test_the_installed_library_ships_every_test_file_of_its_suite(suite: Any) ->
 def test_a_suite_whose_library_is_missing_is_skipped_and_said_so(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    absent = realsuite.Suite(
+    absent = suites.Suite(
         name="absent",
         library="Absent",
         distribution="absent-library",
@@ -90,11 +93,11 @@ def test_a_suite_whose_library_is_missing_is_skipped_and_said_so(
         files=("a_test.py",),
         install="nothing installs it",
     )
-    assert realsuite.stage(absent) is None
+    assert suites.stage(absent) is None
     with pytest.raises(SystemExit, match="Absent is not installed"):
-        realsuite.stage(dataclasses.replace(absent, required=True))
-    monkeypatch.setattr(realsuite, "SUITES", (absent,))
-    assert realsuite.main([]) == 2
+        suites.stage(dataclasses.replace(absent, required=True))
+    monkeypatch.setattr(main, "SUITES", (absent,))
+    assert main.main([]) == 2
     out = capsys.readouterr().out
     assert (
         "realsuite: SKIPPED the absent suite: absent-library is not installed here "
@@ -106,9 +109,9 @@ def test_a_suite_whose_library_is_missing_is_skipped_and_said_so(
 def run(suite: str, name: str, results: dict[str, str], wall: float) -> Any:
     tests = {}
     for key, outcome in results.items():
-        tests[key] = realsuite.TestResult()
+        tests[key] = records.TestResult()
         tests[key].add(outcome)
-    return realsuite.Run(name, 0, wall, wall * 2, tests, {}, Path("log"), suite)
+    return records.Run(name, 0, wall, wall * 2, tests, {}, Path("log"), suite)
 
 
 def test_the_suites_table_shows_each_suite_its_ratio_and_one_not_run(
@@ -117,17 +120,17 @@ def test_the_suites_table_shows_each_suite_its_ratio_and_one_not_run(
     off = run("keras", "off", {"a::x": "passed", "a::y": "skipped"}, 10.0)
     on = run("keras", "on", {"a::x": "passed", "a::y": "skipped"}, 12.0)
     other_off = run("sonnet", "off", {"b::x": "passed"}, 5.0)
-    both = realsuite.merged([off, other_off])
+    both = running.merged([off, other_off])
     assert set(both.results) == {"a::x", "a::y", "b::x"}
     assert (both.wall_s, both.cpu_s, both.suite) == (15.0, 30.0, "all")
-    assert realsuite.ratios(off, on) == {"wall": 1.2, "cpu": 1.2}
-    figures = realsuite.report_suite(realsuite.SUITES[0], off, on)
+    assert reporting.ratios(off, on) == {"wall": 1.2, "cpu": 1.2}
+    figures = main.report_suite(suites.SUITES[0], off, on)
     assert figures["ratio"] == {"wall": 1.2, "cpu": 1.2}
     assert figures["broken"] == 0
     out = capsys.readouterr().out
     assert "==== the keras suite:" in out
     assert "plugin on / plugin off: 1.20x wall time, 1.20x CPU time" in out
-    realsuite.print_suites({"keras": figures, "sonnet": {"skipped": "dm-sonnet is not installed"}})
+    reporting.print_suites({"keras": figures, "sonnet": {"skipped": "dm-sonnet is not installed"}})
     lines = capsys.readouterr().out.splitlines()
     keras = next(line for line in lines if line.strip().startswith("keras"))
     assert keras.split() == ["keras", "2", "10.0s", "12.0s", "1.20x", "1.20x", "0", "0"]
@@ -135,8 +138,8 @@ def test_the_suites_table_shows_each_suite_its_ratio_and_one_not_run(
 
 
 def test_rounds_run_in_abba_order_so_that_drift_weighs_on_both_sides() -> None:
-    assert realsuite.abba(["off", "on"], 1) == [(0, "off"), (0, "on")]
-    assert realsuite.abba(["off", "on"], 3) == [
+    assert main.abba(["off", "on"], 1) == [(0, "off"), (0, "on")]
+    assert main.abba(["off", "on"], 3) == [
         (0, "off"),
         (0, "on"),
         (1, "on"),
@@ -144,14 +147,14 @@ def test_rounds_run_in_abba_order_so_that_drift_weighs_on_both_sides() -> None:
         (2, "off"),
         (2, "on"),
     ]
-    assert realsuite.abba(["on"], 2) == [(0, "on"), (1, "on")]
+    assert main.abba(["on"], 2) == [(0, "on"), (1, "on")]
 
 
 def test_a_later_round_adds_its_times_and_its_exit_status_to_the_first_rounds_outcomes(
     tmp_path: Path,
 ) -> None:
-    first = realsuite.Run("on", 0, 50.0, 60.0, {"t": realsuite.TestResult()}, {}, tmp_path)
-    later = realsuite.Run("on", 1, 52.0, 61.0, {}, {}, tmp_path)
+    first = records.Run("on", 0, 50.0, 60.0, {"t": records.TestResult()}, {}, tmp_path)
+    later = records.Run("on", 1, 52.0, 61.0, {}, {}, tmp_path)
     both = first.timed_with(later)
     assert (both.wall_s, both.cpu_s, both.rounds) == (102.0, 121.0, 2)
     assert both.results == first.results
@@ -160,10 +163,10 @@ def test_a_later_round_adds_its_times_and_its_exit_status_to_the_first_rounds_ou
 
 
 def test_the_number_of_rounds_is_checked() -> None:
-    options, _, _ = realsuite.split_arguments(["--rounds", "2"])
+    options, _, _ = main.split_arguments(["--rounds", "2"])
     assert options.rounds == 2
     with pytest.raises(SystemExit):
-        realsuite.split_arguments(["--rounds", "0"])
+        main.split_arguments(["--rounds", "0"])
 
 
 SESSION_LOG = """
@@ -238,12 +241,12 @@ def test_side_by_side_runs_both_sides_at_once_and_keeps_the_machine_busy_until_b
     (suite_dir / "test_work.py").write_text(WAIT_FOR_THE_FILLER_THEN_BURN)
     log = tmp_path / "sessions.txt"
     monkeypatch.setenv("GATE_SESSION_LOG", str(log))
-    monkeypatch.setattr(realsuite, "ROOT", tmp_path)
-    monkeypatch.setattr(realsuite, "STAGE", tmp_path / "stage")
-    suite = dataclasses.replace(realsuite.SUITES[0], name="tiny")
+    monkeypatch.setattr(running, "ROOT", tmp_path)
+    monkeypatch.setattr(running, "STAGE", tmp_path / "stage")
+    suite = dataclasses.replace(suites.SUITES[0], name="tiny")
     paths = [str(suite_dir / "test_work.py")]
 
-    runs = realsuite.run_side_by_side(suite, paths, {"off": [], "on": []})
+    runs = running.run_side_by_side(suite, paths, {"off": [], "on": []})
 
     assert {name: run.counts()["passed"] for name, run in runs.items()} == {"off": 1, "on": 1}
     assert all(run.side_by_side for run in runs.values())
@@ -269,14 +272,14 @@ def test_side_by_side_runs_both_sides_at_once_and_keeps_the_machine_busy_until_b
 
 
 def test_side_by_side_splits_the_workers_and_needs_both_sides() -> None:
-    options, both, _ = realsuite.split_arguments(["--side-by-side", "-n", "4"])
+    options, both, _ = main.split_arguments(["--side-by-side", "-n", "4"])
     assert options.side_by_side
     assert both == ["-n", "2"]
-    options, both, _ = realsuite.split_arguments(["--side-by-side"])
+    options, both, _ = main.split_arguments(["--side-by-side"])
     assert both == []
     for wrong in (["-n", "3"], ["-n", "auto"], ["-n", "1"], ["--only", "on"]):
         with pytest.raises(SystemExit):
-            realsuite.split_arguments(["--side-by-side", *wrong])
+            main.split_arguments(["--side-by-side", *wrong])
 
 
 def test_any_suite_runs_side_by_side_and_its_report_tells_the_cost_and_what_changed(
