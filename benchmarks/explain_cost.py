@@ -75,7 +75,7 @@ def build_heap(objects: int) -> tuple[list[Any], list[str]]:
 
 
 def time_ours(leaks: list[Any]) -> tuple[float, list[str]]:
-    from pytest_eagersession.explain import explain_all
+    from pytest_eagersession.reports.explain import explain_all
 
     started = time.perf_counter()
     texts = [explanation.text() for explanation in explain_all(leaks, budget_s=60)]
@@ -86,8 +86,8 @@ def time_known_holders(leaks: list[Any], repeats: int) -> tuple[float, float, in
     """Seconds to explain a next test's leaks held as the first's: walked, and through routes."""
     import tensorflow as tf
 
-    from pytest_eagersession.explain import explain_all
-    from pytest_eagersession.routes import KnownRoutes
+    from pytest_eagersession.reports.explain import explain_all
+    from pytest_eagersession.reports.routes import KnownRoutes
 
     module = sys.modules["leaky_suite"]
     routes = KnownRoutes()

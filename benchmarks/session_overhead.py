@@ -90,7 +90,7 @@ def open_close_cost(rounds: int) -> dict[str, float]:
 
 
 def _spin(queue: Any) -> None:
-    from pytest_eagersession.wakeups import ask_for_prompt_wakeups
+    from pytest_eagersession.core.wakeups import ask_for_prompt_wakeups
 
     ask_for_prompt_wakeups()  # as the cleaner does
     queue.get()
@@ -103,7 +103,7 @@ def thread_start(rounds: int) -> dict[str, dict[str, float]]:
     import queue as queues
     import threading
 
-    from pytest_eagersession.wakeups import run_promptly
+    from pytest_eagersession.core.wakeups import run_promptly
 
     burners = [
         subprocess.Popen([sys.executable, "-c", "while True: pass"])

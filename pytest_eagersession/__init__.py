@@ -5,17 +5,17 @@ Importing this package imports neither TensorFlow nor objgraph, and registers no
 
 from __future__ import annotations
 
-from pytest_eagersession.errors import (
+from pytest_eagersession.base.errors import (
     ResourceCleanupWarning,
     SessionClosedError,
     TensorFlowMissingError,
 )
-from pytest_eagersession.operations import EagerOperation, EagerOperationBuilder, Output
-from pytest_eagersession.references import NativeReference
-from pytest_eagersession.session import EagerSession, Options, SessionOptions, SessionStats
-from pytest_eagersession.session_settings import SessionSettings
-from pytest_eagersession.strategies import DevicePlacementPolicy, ResourceCleanupStrategy
-from pytest_eagersession.survivors import Survivor
+from pytest_eagersession.base.strategies import DevicePlacementPolicy, ResourceCleanupStrategy
+from pytest_eagersession.core.operations import EagerOperation, EagerOperationBuilder, Output
+from pytest_eagersession.core.references import NativeReference
+from pytest_eagersession.core.session import EagerSession, Options, SessionOptions, SessionStats
+from pytest_eagersession.core.session_settings import SessionSettings
+from pytest_eagersession.core.survivors import Survivor
 
 __all__ = [
     "DevicePlacementPolicy",

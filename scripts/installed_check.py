@@ -58,7 +58,7 @@ def main() -> int:
         if not Path(str(module.__file__)).resolve().is_relative_to(where):
             problems.append(f"{name}: imported from {module.__file__}")
 
-    from pytest_eagersession.settings import MARKER_HELP, OPTIONS
+    from pytest_eagersession.plugin.settings import MARKER_HELP, OPTIONS
 
     help_text = pytest_output("--help")
     for option in OPTIONS:

@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 from support import ON_SESSION_CLOSE
 
-from pytest_eagersession import EagerSession, heap
-from pytest_eagersession.heap import BOUNDARY
-from pytest_eagersession.tracking import TRACKER
+from pytest_eagersession import EagerSession
+from pytest_eagersession.core.tracking import TRACKER
+from pytest_eagersession.heap import listing as heap
+from pytest_eagersession.heap.listing import BOUNDARY
 
 tf = pytest.importorskip("tensorflow")
 
@@ -260,7 +261,7 @@ LIFECYCLE = r"""
 import gc, sys
 import tensorflow as tf
 from pytest_eagersession import EagerSession
-from pytest_eagersession.heap import BOUNDARY
+from pytest_eagersession.heap.listing import BOUNDARY
 
 original = gc.get_objects
 start = gc.get_freeze_count()
@@ -304,8 +305,8 @@ HELD = r"""
 import gc
 import tensorflow as tf
 from pytest_eagersession import EagerSession
-from pytest_eagersession.heap import BOUNDARY
-from pytest_eagersession.tracking import TRACKER
+from pytest_eagersession.heap.listing import BOUNDARY
+from pytest_eagersession.core.tracking import TRACKER
 
 release = TRACKER.hold()
 with EagerSession.create():

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.framework import ops
 
-from pytest_eagersession.explain import (
+from pytest_eagersession.reports.explain import (
     DEFAULT_BUDGET_S,
     NO_HOLDER,
     explain,
@@ -207,7 +207,7 @@ def test_a_live_threads_local_is_a_root() -> None:
 
 
 def test_the_test_frameworks_roots_come_after_modules_and_threads() -> None:
-    from pytest_eagersession.holders import Root
+    from pytest_eagersession.heap.holders import Root
 
     cleanups: list[object] = []
     kept = tf.ones((2,))
@@ -562,7 +562,7 @@ def test_a_strategy_run_of_a_tf_function_names_the_distribute_cache() -> None:
 
 
 def test_a_chain_from_the_plugins_own_state_says_so() -> None:
-    from pytest_eagersession import activations
+    from pytest_eagersession.core import activations
 
     activations._eagersession_test_hold = [tf.ones((2,))]  # type: ignore[attr-defined]
     try:
@@ -570,7 +570,7 @@ def test_a_chain_from_the_plugins_own_state_says_so() -> None:
     finally:
         del activations._eagersession_test_hold  # type: ignore[attr-defined]
     assert explanation.text() == (
-        "held by pytest_eagersession.activations._eagersession_test_hold (list) -> [0] -> "
+        "held by pytest_eagersession.core.activations._eagersession_test_hold (list) -> [0] -> "
         "EagerTensor (kept by pytest-eagersession's own state, not by the test's code: a bug in "
         "the plugin, please report it)"
     )

@@ -9,8 +9,8 @@ import pytest
 import tensorflow  # noqa: F401  (imported before the inner runs: they would import it again)
 from support import CHAIN_BUDGET
 
-from pytest_eagersession.peak_check import CACHE_KEY
-from pytest_eagersession.peaks import (
+from pytest_eagersession.plugin.peak_check import CACHE_KEY
+from pytest_eagersession.reports.peaks import (
     IncreaseRule,
     Peak,
     UnreadablePeaks,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_eagersession import garbage
+from pytest_eagersession.heap import garbage
 
 
 class Node:

@@ -9,7 +9,7 @@ import pytest
 import tensorflow  # noqa: F401  (imported before the inner runs: they would import it again)
 from support import run_inner
 
-from pytest_eagersession.grouping import (
+from pytest_eagersession.reports.grouping import (
     LINK,
     MOST_LINKS_SHOWN,
     describe_slots,
@@ -20,7 +20,7 @@ from pytest_eagersession.grouping import (
     shorten,
     slot_of,
 )
-from pytest_eagersession.report import LeakRecord, render
+from pytest_eagersession.reports.report import LeakRecord, render
 
 
 def record(

@@ -10,7 +10,7 @@ from types import ModuleType
 import pytest
 from support import load_script
 
-from pytest_eagersession.support_range import PYTHON_RANGE, TENSORFLOW_RANGE, parse_version
+from pytest_eagersession.base.support_range import PYTHON_RANGE, TENSORFLOW_RANGE, parse_version
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "matrix.py"
 

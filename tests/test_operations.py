@@ -12,13 +12,10 @@ import pytest
 import tensorflow as tf
 from support import IN_BACKGROUND, ON_SAFE_POINTS, ON_SESSION_CLOSE, wait_until
 
-from pytest_eagersession import (
-    EagerSession,
-    ResourceCleanupStrategy,
-    SessionClosedError,
-    operations,
-)
-from pytest_eagersession.operations import EagerOperation, EagerOperationBuilder, Output
+from pytest_eagersession import EagerSession, ResourceCleanupStrategy, SessionClosedError
+from pytest_eagersession.core import operations
+from pytest_eagersession.core.op_types import OpInfo
+from pytest_eagersession.core.operations import EagerOperation, EagerOperationBuilder, Output
 
 
 @pytest.fixture
@@ -440,12 +437,12 @@ def test_an_async_session_runs_ops() -> None:
 @pytest.fixture
 def graph_path(monkeypatch) -> None:
     """Make every op take the one-op-function path that ops with tensor attributes take."""
-    original = operations._op_info
+    original = operations.op_info
 
-    def no_raw(op_type: str) -> operations._OpInfo:
+    def no_raw(op_type: str) -> OpInfo:
         return dataclasses.replace(original(op_type), raw=None)
 
-    monkeypatch.setattr(operations, "_op_info", no_raw)
+    monkeypatch.setattr(operations, "op_info", no_raw)
 
 
 @pytest.mark.usefixtures("graph_path")

@@ -21,9 +21,9 @@ import tensorflow
 from support import CHAIN_BUDGET, LEAKY, MARKER_SIGNATURE, STRATEGY_CHOICES, run_inner
 
 from pytest_eagersession import SessionStats
-from pytest_eagersession.report import LeakRecord, render
-from pytest_eagersession.settings import OPTIONS, LeakMode, Settings, SettingsError, resolve
-from pytest_eagersession.verdicts import PHASES, PYTEST_ADVICE
+from pytest_eagersession.plugin.settings import OPTIONS, LeakMode, Settings, SettingsError, resolve
+from pytest_eagersession.plugin.verdicts import PHASES, PYTEST_ADVICE
+from pytest_eagersession.reports.report import LeakRecord, render
 
 # The inner runs' TensorFlow objects are checked by the inner plugin. What they make outside
 # their own sessions (collection, parametrize values, the handles that replace destroyed ones)
@@ -762,7 +762,7 @@ def test_session_fixtures(pytester: pytest.Pytester) -> None:
 
 
 def test_op_builder_through_the_fixture(pytester: pytest.Pytester) -> None:
-    pytest.importorskip("pytest_eagersession.operations")
+    pytest.importorskip("pytest_eagersession.core.operations")
     pytester.makepyfile(
         test_ops="""
         import tensorflow as tf

@@ -26,8 +26,8 @@ from support import (
     run_inner,
 )
 
-from pytest_eagersession import session as session_module
-from pytest_eagersession.tracking import TRACKER
+from pytest_eagersession.core import session as session_module
+from pytest_eagersession.core.tracking import TRACKER
 
 # As in test_plugin.py: the inner runs' objects are the inner plugin's to check; what they make
 # outside their sessions belongs to the outer test's session, and pytester keeps it.
@@ -656,7 +656,7 @@ def test_a_json_report_that_fails_at_the_end_leaves_a_passing_run_passing(
     def disk_full(path: str, tests: object, **_: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("pytest_eagersession.summary.write_json", disk_full)
+    monkeypatch.setattr("pytest_eagersession.plugin.summary.write_json", disk_full)
     pytester.makepyfile("def test_nothing(eager_session):\n    pass\n")
     result = run_inner(pytester, f"--eagersession-json={pytester.path / 'report.json'}")
     result.assert_outcomes(passed=1)

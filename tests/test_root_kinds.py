@@ -11,9 +11,9 @@ import pytest
 import tensorflow  # noqa: F401  (imported before the inner runs: they would import it again)
 from support import run_inner
 
-from pytest_eagersession import root_kinds
-from pytest_eagersession.holders import Root
-from pytest_eagersession.root_kinds import describe_root
+from pytest_eagersession.heap.holders import Root
+from pytest_eagersession.reports import root_kinds
+from pytest_eagersession.reports.root_kinds import describe_root
 
 
 def module(name: str, path: str) -> types.ModuleType:

@@ -11,9 +11,9 @@ import pytest
 import tensorflow  # noqa: F401  (imported before the inner runs: they would import it again)
 from support import run_inner
 
-from pytest_eagersession import explain
-from pytest_eagersession import routes as routes_module
-from pytest_eagersession.routes import KnownRoutes
+from pytest_eagersession.reports import explain
+from pytest_eagersession.reports import routes as routes_module
+from pytest_eagersession.reports.routes import KnownRoutes
 
 
 class Thing:
@@ -249,7 +249,7 @@ SUITE = """
 """
 
 CONFTEST = """
-    from pytest_eagersession.verdicts import ROUTES_KEY
+    from pytest_eagersession.plugin.verdicts import ROUTES_KEY
 
     def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(f"route hits: {config.stash[ROUTES_KEY].hits}")

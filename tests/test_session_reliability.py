@@ -40,8 +40,10 @@ from pytest_eagersession import (
     ResourceCleanupStrategy,
     ResourceCleanupWarning,
 )
-from pytest_eagersession import session as session_module
-from pytest_eagersession.settings import (
+from pytest_eagersession.core import session as session_module
+from pytest_eagersession.core.survivors import check_allow_filter
+from pytest_eagersession.core.tracking import TRACKER
+from pytest_eagersession.plugin.settings import (
     LEAK_MODES,
     Settings,
     SettingsError,
@@ -53,8 +55,6 @@ from pytest_eagersession.settings import (
     policy_for,
     resolve,
 )
-from pytest_eagersession.survivors import check_allow_filter
-from pytest_eagersession.tracking import TRACKER
 
 tf = pytest.importorskip("tensorflow")
 
@@ -379,7 +379,7 @@ def test_a_close_ends_the_cleaners_thread_whatever_its_wait(state: str) -> None:
     """A closed session's thread leaves as it reads the close's ``STOP``, and the close waits
     for that: from its first wait (just built), a timed one (active), or an untimed one (idle:
     deactivated, its first wait over); nothing of the session stays with it."""
-    from pytest_eagersession.references import STOP
+    from pytest_eagersession.core.references import STOP
 
     garbage = RecordingQueue()
     session = EagerSession.options().build(garbage_queue=garbage)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_eagersession.support_range import (
+from pytest_eagersession.base.support_range import (
     PYTHON_RANGE,
     TENSORFLOW_RANGE,
     python_warning,
@@ -64,7 +64,7 @@ def test_the_header_names_the_settings_and_warns_on_an_untested_python(
         result.stdout.no_fnmatch_line("*eagersession: WARNING: *tested on Python*")
     pytester.makeconftest(
         "import pytest_eagersession.plugin as plugin\n"
-        "from pytest_eagersession import support_range\n"
+        "from pytest_eagersession.base import support_range\n"
         "plugin.python_warning = lambda: support_range.python_warning((3, 14))\n"
     )
     result = pytester.runpytest("-p", "no:cacheprovider", "--eagersession-strategy=on_safe_points")

@@ -8,7 +8,7 @@ import pytest
 import tensorflow  # noqa: F401  (imported before the inner runs: they would import it again)
 from support import run_inner
 
-from pytest_eagersession.tracking import TRACKER
+from pytest_eagersession.core.tracking import TRACKER
 
 MODULE_CACHE_SUITE = """
     import pytest

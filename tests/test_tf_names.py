@@ -72,7 +72,7 @@ def test_the_table_names_each_kind_of_object_it_makes_a_sample_of() -> None:
 
 
 def test_the_tested_versions_are_the_support_range() -> None:
-    from pytest_eagersession.support_range import TENSORFLOW_RANGE
+    from pytest_eagersession.base.support_range import TENSORFLOW_RANGE
 
     assert names.TESTED_VERSIONS == TENSORFLOW_RANGE == ((2, 16), (2, 21))
 

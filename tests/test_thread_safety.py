@@ -33,7 +33,8 @@ import pytest
 import tensorflow  # noqa: F401  (imported once: in-process inner runs reuse it)
 from support import CHAIN_BUDGET, stress_tensorflow_threads
 
-from pytest_eagersession import EagerSession, heap
+from pytest_eagersession import EagerSession
+from pytest_eagersession.heap import listing as heap
 
 #: Seconds each stress run lasts (one per strategy, directly and under the plugin).
 STRESS_SECONDS = float(os.environ.get("EAGERSESSION_STRESS_SECONDS", "3"))
@@ -188,7 +189,7 @@ def test_the_cleaner_thread_lists_the_heap_only_inside_one_call(
     """
     import tensorflow as tf
 
-    from pytest_eagersession import heap
+    from pytest_eagersession.heap import listing as heap
 
     public: list[str] = []
     for name in ("get_objects", "get_referrers"):
@@ -230,7 +231,7 @@ def test_the_cleaner_thread_lists_the_heap_only_inside_one_call(
 def test_the_heap_listing_never_asks_an_object_for_its_class() -> None:
     # isinstance() asks a non-instance for __class__: Python code, which could let another
     # thread run while the listing holds the heap.
-    from pytest_eagersession import heap
+    from pytest_eagersession.heap import listing as heap
 
     class Wanted:
         pass
@@ -258,8 +259,8 @@ def test_a_count_of_bytes_holds_nothing_that_another_thread_could_see() -> None:
     must be held by no list, tuple or iterator of ours that ``gc.get_referrers`` would show."""
     import tensorflow as tf
 
-    from pytest_eagersession import heap
     from pytest_eagersession._tf.classes import tensor_measures
+    from pytest_eagersession.heap import listing as heap
 
     tensor_class, measures = tensor_measures()
     tensors = [tf.zeros((3, 5)), tf.ones((2,), tf.int64), tf.constant(["a", "b"])]
@@ -301,8 +302,8 @@ def test_a_survivor_check_never_sees_a_tensor_that_only_the_cleaner_is_counting(
     check then must wait for the count, not report the tensor the count alone keeps alive."""
     import tensorflow as tf
 
-    from pytest_eagersession import cycle_watch
     from pytest_eagersession._tf.classes import tensor_measures
+    from pytest_eagersession.core import cycle_watch
 
     tensor_class, measures = tensor_measures()
     target: list[int] = []
@@ -344,7 +345,8 @@ def test_a_closing_session_shows_among_no_fresh_objects_referrers(
     """
     import tensorflow as tf
 
-    from pytest_eagersession import garbage, kinds, survivors, walks
+    from pytest_eagersession.core import kinds, survivors
+    from pytest_eagersession.heap import garbage, walks
 
     watched: list[weakref.ref[Any]] = []
     seen: list[str] = []
@@ -423,9 +425,9 @@ def test_a_listing_by_generation_tells_each_one_apart_and_keeps_nothing_alive() 
 HALF_BUILT = r"""
 import gc
 import tensorflow as tf
-from pytest_eagersession import heap
+from pytest_eagersession.heap import listing as heap
 from pytest_eagersession._tf.classes import tensor_measures
-from pytest_eagersession.kinds import TENSOR, describe, tensor_nbytes
+from pytest_eagersession.core.kinds import TENSOR, describe, tensor_nbytes
 
 EagerTensor = type(tf.constant(0.0))
 seen = []

@@ -19,17 +19,12 @@ import pytest
 from support import IN_BACKGROUND, ON_SAFE_POINTS, ON_SESSION_CLOSE
 from support import wait_until as wait_for
 
-from pytest_eagersession import (
-    EagerSession,
-    NativeReference,
-    ResourceCleanupStrategy,
-    cleaner,
-    cycle_watch,
-)
+from pytest_eagersession import EagerSession, NativeReference, ResourceCleanupStrategy
 from pytest_eagersession._tf.classes import tensor_measures, variable_nbytes
-from pytest_eagersession.cycle_watch import CYCLE_BYTES_THRESHOLD, GarbageWatch
-from pytest_eagersession.survivors import Survivor
-from pytest_eagersession.tracking import TRACKER
+from pytest_eagersession.core import cleaner, cycle_watch
+from pytest_eagersession.core.cycle_watch import CYCLE_BYTES_THRESHOLD, GarbageWatch
+from pytest_eagersession.core.survivors import Survivor
+from pytest_eagersession.core.tracking import TRACKER
 
 tf = pytest.importorskip("tensorflow")
 
@@ -992,7 +987,7 @@ def count_reads_and_looks(
 ) -> tuple[list[int], list[int]]:
     """Lists that grow as ``session``'s cleaner reads the resident memory (one item a read)
     and looks (each look's item: the reads made before it)."""
-    from pytest_eagersession import resident
+    from pytest_eagersession.core import resident
 
     reads: list[int] = []
     looks: list[int] = []
@@ -1058,7 +1053,7 @@ def test_a_session_starts_quiet_and_lists_at_once_when_memory_grows(
 
 
 def test_resident_memory_is_read_on_linux_and_nowhere_else(monkeypatch) -> None:
-    from pytest_eagersession import resident
+    from pytest_eagersession.core import resident
 
     memory = resident.ResidentMemory()
     before = memory.read()

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_eagersession.heap import BOUNDARY, instances_of, referrers, whole_heap_visible
-from pytest_eagersession.holders import _BULKY, PACKAGE_DIR, Root, thread_roots, walk
-from pytest_eagersession.unheld import unheld
+from pytest_eagersession.heap.holders import _BULKY, PACKAGE_DIR, Root, thread_roots, walk
+from pytest_eagersession.heap.listing import BOUNDARY, instances_of, referrers, whole_heap_visible
+from pytest_eagersession.heap.unheld import unheld
 
 
 class Payload:
@@ -138,7 +138,7 @@ def test_the_proof_sees_through_the_boundary(module: types.ModuleType) -> None:
 
 FROZEN_BY_SOMEONE_ELSE = """
 import gc, sys, types
-from pytest_eagersession.unheld import unheld
+from pytest_eagersession.heap.unheld import unheld
 
 class Payload:
     pass

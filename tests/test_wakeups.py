@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_eagersession import EagerSession
-from pytest_eagersession.wakeups import PROMPT_SLICE_NS, ask_for_prompt_wakeups, run_promptly
+from pytest_eagersession.core.wakeups import PROMPT_SLICE_NS, ask_for_prompt_wakeups, run_promptly
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's scheduler")
 
@@ -169,8 +169,8 @@ def test_the_cleaners_system_calls_keep_the_interpreter() -> None:
     interpreter for them made a waking cleaner wait for it a second time."""
     import ctypes
 
-    from pytest_eagersession import wakeups
-    from pytest_eagersession.resident import ResidentMemory
+    from pytest_eagersession.core import wakeups
+    from pytest_eagersession.core.resident import ResidentMemory
 
     memory = ResidentMemory()
     assert memory.read() is not None

@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from pytest_eagersession.explain import explain
+from pytest_eagersession.reports.explain import explain
 
 
 def train_and_drop():

@@ -21,8 +21,8 @@ from __future__ import annotations
 import sys
 from types import ModuleType
 
-from pytest_eagersession.errors import TensorFlowMissingError
-from pytest_eagersession.support_range import parse_version, version_text
+from pytest_eagersession.base.errors import TensorFlowMissingError
+from pytest_eagersession.base.support_range import parse_version, version_text
 
 MINIMUM_VERSION = (2, 16)
 

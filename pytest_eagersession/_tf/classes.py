@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_eagersession.heap import family
+from pytest_eagersession.heap.listing import family
 
 TENSOR = "tensor"
 RESOURCE_HANDLE = "resource handle"

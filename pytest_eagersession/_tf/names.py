@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_eagersession.support_range import TENSORFLOW_RANGE
+from pytest_eagersession.base.support_range import TENSORFLOW_RANGE
 
 #: The TensorFlow minor releases these names were tested on, oldest and newest.
 TESTED_VERSIONS = TENSORFLOW_RANGE

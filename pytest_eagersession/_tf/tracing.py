@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from pytest_eagersession._tf import context
-from pytest_eagersession.frames import stack
+from pytest_eagersession.heap.frames import stack
 
 #: Where TensorFlow's ``tf.data`` code lives: the functions it traces for itself are its own.
 _TF_DATA_DIR = "/tensorflow/python/data/"

@@ -55,7 +55,7 @@ from pytest_eagersession.assertions.traces import (
     assert_max_traces,
     retracing_text,
 )
-from pytest_eagersession.sizes import parse_size
+from pytest_eagersession.base.sizes import parse_size
 
 __all__ = [
     "DEFAULT_RUNS",

@@ -19,11 +19,11 @@ from pytest_eagersession.assertions.leaks import assert_no_leaks
 from pytest_eagersession.assertions.memory import ByteMeter
 from pytest_eagersession.assertions.scope import callable_name, owning_session
 from pytest_eagersession.assertions.traces import TraceCounter, check_limit
-from pytest_eagersession.sizes import parse_size
-from pytest_eagersession.survivors import AllowFilter, check_allow_filter
+from pytest_eagersession.base.sizes import parse_size
+from pytest_eagersession.core.survivors import AllowFilter, check_allow_filter
 
 if TYPE_CHECKING:
-    from pytest_eagersession.session import EagerSession
+    from pytest_eagersession.core.session import EagerSession
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -10,7 +10,7 @@ import contextlib
 import threading
 
 from pytest_eagersession._tf.devices import gpu_devices, memory_info, reset_peak
-from pytest_eagersession.kinds import tensorflow_ready
+from pytest_eagersession.core.kinds import tensorflow_ready
 
 
 class DeviceMemory:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pytest_eagersession.assertions.findings import RunGrowth, TracedFunction
-from pytest_eagersession.report import LeakRecord
+from pytest_eagersession.reports.report import LeakRecord
 
 _PUBLIC_MODULE = "pytest_eagersession.assertions"
 

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_eagersession.report import LeakRecord
+from pytest_eagersession.reports.report import LeakRecord
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,12 @@ from pytest_eagersession.assertions.findings import RunGrowth
 from pytest_eagersession.assertions.leaks import explained_together, leak_records, leaks_since
 from pytest_eagersession.assertions.scope import callable_name, owning_session, preserved_gc_state
 from pytest_eagersession.assertions.traces import TraceCounter
-from pytest_eagersession.kinds import tensorflow_ready
-from pytest_eagersession.sizes import format_bytes
-from pytest_eagersession.survivors import AllowFilter, Survivor
+from pytest_eagersession.base.sizes import format_bytes
+from pytest_eagersession.core.kinds import tensorflow_ready
+from pytest_eagersession.core.survivors import AllowFilter, Survivor
 
 if TYPE_CHECKING:
-    from pytest_eagersession.session import EagerSession
+    from pytest_eagersession.core.session import EagerSession
 
 #: Runs before the measured ones, so that caches and lazy state are made first.
 DEFAULT_WARMUP = 2

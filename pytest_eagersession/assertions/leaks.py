@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING
 
 from pytest_eagersession.assertions.errors import LeakAssertionError
 from pytest_eagersession.assertions.scope import active_session, preserved_gc_state
-from pytest_eagersession.explain import DEFAULT_BUDGET_S, Explanation, explain_all
-from pytest_eagersession.frames import stack
-from pytest_eagersession.holders import PACKAGE_DIR
-from pytest_eagersession.report import LeakRecord, build_records, render
-from pytest_eagersession.survivors import AllowFilter, Survivor, check_allow_filter
+from pytest_eagersession.core.survivors import AllowFilter, Survivor, check_allow_filter
+from pytest_eagersession.heap.frames import stack
+from pytest_eagersession.heap.holders import PACKAGE_DIR
+from pytest_eagersession.reports.explain import DEFAULT_BUDGET_S, Explanation, explain_all
+from pytest_eagersession.reports.report import LeakRecord, build_records, render
 
 if TYPE_CHECKING:
-    from pytest_eagersession.session import EagerSession
+    from pytest_eagersession.core.session import EagerSession
 
 
 def assert_no_leaks(

@@ -9,7 +9,7 @@ from pytest_eagersession.assertions.errors import MemoryLimitError
 from pytest_eagersession.assertions.findings import LargeObject
 from pytest_eagersession.assertions.limits import LimitBlock
 from pytest_eagersession.assertions.tracked_bytes import TrackedBytes
-from pytest_eagersession.sizes import format_bytes, parse_size
+from pytest_eagersession.base.sizes import format_bytes, parse_size
 
 #: Largest objects listed at a memory peak.
 LARGEST_AT_PEAK = 5

@@ -6,8 +6,8 @@ import contextlib
 import gc
 from collections.abc import Iterator
 
-from pytest_eagersession.session import EagerSession
-from pytest_eagersession.tracking import TRACKER
+from pytest_eagersession.core.session import EagerSession
+from pytest_eagersession.core.tracking import TRACKER
 
 
 def active_session() -> EagerSession | None:

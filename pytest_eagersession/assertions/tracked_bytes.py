@@ -20,12 +20,18 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from pytest_eagersession import heap
 from pytest_eagersession._tf.classes import byte_holder_types, variable_nbytes
 from pytest_eagersession.assertions.findings import LargeObject
-from pytest_eagersession.kinds import TENSOR, VARIABLE, describe, tensor_nbytes, tensorflow_ready
-from pytest_eagersession.survivors import op_callback
-from pytest_eagersession.tracking import user_code_location
+from pytest_eagersession.core.kinds import (
+    TENSOR,
+    VARIABLE,
+    describe,
+    tensor_nbytes,
+    tensorflow_ready,
+)
+from pytest_eagersession.core.survivors import op_callback
+from pytest_eagersession.core.tracking import user_code_location
+from pytest_eagersession.heap import listing as heap
 
 _LISTED_PRUNE_ABOVE = 4096
 """Listed references kept before the dead ones among them are dropped (no op ran meanwhile)."""

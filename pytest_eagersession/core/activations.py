@@ -12,7 +12,7 @@ import threading
 import weakref
 from typing import Any
 
-from pytest_eagersession.tracking import Owner
+from pytest_eagersession.core.tracking import Owner
 
 #: The sessions not closed yet (``EagerSession`` objects), held weakly.
 OPEN_SESSIONS: weakref.WeakSet[Any] = weakref.WeakSet()

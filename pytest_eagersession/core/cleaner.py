@@ -29,11 +29,11 @@ import time
 import weakref
 
 from pytest_eagersession._tf import is_ready as tensorflow_ready
-from pytest_eagersession.cycle_watch import GarbageWatch
-from pytest_eagersession.references import STOP, WAKE, ReferenceRegistry, report_failures
-from pytest_eagersession.resident import RESIDENT
-from pytest_eagersession.tracking import TRACKER, Owner
-from pytest_eagersession.wakeups import ask_for_prompt_wakeups, run_promptly
+from pytest_eagersession.core.cycle_watch import GarbageWatch
+from pytest_eagersession.core.references import STOP, WAKE, ReferenceRegistry, report_failures
+from pytest_eagersession.core.resident import RESIDENT
+from pytest_eagersession.core.tracking import TRACKER, Owner
+from pytest_eagersession.core.wakeups import ask_for_prompt_wakeups, run_promptly
 
 #: How long stopping waits for the thread to end (it ends what it is doing first: a look, or a
 #: deleter that may take a while).

@@ -24,8 +24,8 @@ from typing import Any
 
 from pytest_eagersession._tf import is_ready as tensorflow_ready
 from pytest_eagersession._tf.classes import byte_holder_types, tensor_measures, variable_nbytes
-from pytest_eagersession.heap import BOUNDARY, measured, others
-from pytest_eagersession.tracking import TRACKER, Owner
+from pytest_eagersession.core.tracking import TRACKER, Owner
+from pytest_eagersession.heap.listing import BOUNDARY, measured, others
 
 #: Bytes the tensors and variables a session made may grow by before their cycles are collected.
 CYCLE_BYTES_THRESHOLD = 8 * 1024 * 1024

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from pytest_eagersession import heap
 from pytest_eagersession._tf import is_ready as tensorflow_ready
 from pytest_eagersession._tf.classes import (
     FUNCTION,
@@ -24,7 +23,8 @@ from pytest_eagersession._tf.classes import (
     tensor_built,
     tensor_nbytes,
 )
-from pytest_eagersession.sizes import format_bytes
+from pytest_eagersession.base.sizes import format_bytes
+from pytest_eagersession.heap import listing as heap
 
 __all__ = [
     "FUNCTION",

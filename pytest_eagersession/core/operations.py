@@ -9,20 +9,21 @@ when a builder is first made.
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import operator
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
 from pytest_eagersession import _tf
 from pytest_eagersession._tf import opdefs
-from pytest_eagersession.errors import SessionClosedError
-from pytest_eagersession.references import NativeReference, ReferenceRegistry
-
-_TENSOR_ATTR_TYPES = frozenset({"tensor", "list(tensor)"})
+from pytest_eagersession.base.errors import SessionClosedError
+from pytest_eagersession.core.op_types import (
+    TENSOR_ATTR_TYPES,
+    attr_value,
+    is_list_arg,
+    op_info,
+)
+from pytest_eagersession.core.references import NativeReference, ReferenceRegistry
 
 
 class OperationSession(Protocol):
@@ -226,7 +227,7 @@ class EagerOperationBuilder:
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, not {type(name).__name__}")
         self._session = session
-        self._info = _op_info(op_type)
+        self._info = op_info(op_type)
         self._type = op_type
         self._name = op_type if name is None else name
         self._inputs: list[tuple[bool, Any]] = []
@@ -262,7 +263,7 @@ class EagerOperationBuilder:
                 f"op {_label(self._type, self._name)} has no attribute {name!r}; "
                 f"its attributes are: {names}",
             )
-        if attr.type in _TENSOR_ATTR_TYPES:
+        if attr.type in TENSOR_ATTR_TYPES:
             try:
                 if attr.type == "tensor":
                     value = _tensor_proto(value)
@@ -338,7 +339,7 @@ class EagerOperationBuilder:
         bound: dict[str, Any] = {}
         lengths: dict[str, int] = {}
         for arg, (is_list, value) in zip(args, self._inputs, strict=True):
-            if is_list != _is_list_arg(arg):
+            if is_list != is_list_arg(arg):
                 wanted = "a list (add_input_list)" if not is_list else "one tensor (add_input)"
                 raise tf.errors.InvalidArgumentError(
                     None,
@@ -368,7 +369,7 @@ class EagerOperationBuilder:
                 )
             if arg.type_attr in attrs:
                 dtype = tf.as_dtype(attrs[arg.type_attr])
-                if _is_list_arg(arg):
+                if is_list_arg(arg):
                     bound[arg.name] = [tf.convert_to_tensor(v, dtype=dtype) for v in value]
                 else:
                     bound[arg.name] = tf.convert_to_tensor(value, dtype=dtype)
@@ -402,7 +403,7 @@ class EagerOperationBuilder:
         spans: dict[str, tuple[int, int]] = {}
         for arg, value in zip(args, per_arg, strict=True):
             start = len(tensors)
-            if _is_list_arg(arg):
+            if is_list_arg(arg):
                 tensors.extend(value)
             else:
                 tensors.append(value)
@@ -418,7 +419,7 @@ class EagerOperationBuilder:
         for attr in op_def.attr:
             missing = attr.name not in attrs and attr.name not in self._info.inferred
             if missing and attr.HasField("default_value"):
-                attrs[attr.name] = _attr_value(tf, attr.default_value)
+                attrs[attr.name] = attr_value(tf, attr.default_value)
         structure: list[int | None] = []
 
         def body() -> list[Any]:
@@ -448,68 +449,6 @@ class EagerOperationBuilder:
         return tensors, spans
 
 
-@dataclass(frozen=True)
-class _OpInfo:
-    """What a builder needs to know about an op type, looked up once per type."""
-
-    op_def: Any
-    attrs: dict[str, Any]
-    """Attribute name to its ``OpDef.AttrDef``."""
-    inferred: frozenset[str]
-    """Attributes TensorFlow infers from the inputs."""
-    raw: Any
-    """The ``tf.raw_ops`` function, or None when the op must run as a function."""
-    params: dict[str, str]
-    """OpDef argument and attribute names to the ``raw`` function's keyword names."""
-
-
-@functools.cache
-def _op_info(op_type: str) -> _OpInfo:
-    tf = _tf.tensorflow()
-    op_def = opdefs.op_def(op_type)
-    if op_def is None:
-        raise tf.errors.NotFoundError(
-            None,
-            None,
-            f"Op type not registered '{op_type}' in this TensorFlow: "
-            "make sure the op and its kernel are registered in this process",
-        )
-    inferred = frozenset(
-        attr
-        for arg in op_def.input_arg
-        for attr in (arg.type_attr, arg.number_attr, arg.type_list_attr)
-        if attr
-    )
-    attrs = {attr.name: attr for attr in op_def.attr}
-    raw = getattr(tf.raw_ops, op_type, None)
-    params: dict[str, str] = {}
-    if raw is not None:
-        params = _raw_params(op_def, inferred, raw)
-    if not params or any(attr.type in _TENSOR_ATTR_TYPES for attr in op_def.attr):
-        raw = None
-    return _OpInfo(op_def, attrs, inferred, raw, params)
-
-
-def _raw_params(op_def: Any, inferred: frozenset[str], raw: Any) -> dict[str, str]:
-    """Map OpDef names onto a ``raw_ops`` function's keywords, or {} when they don't line up.
-
-    Generated functions take the inputs in OpDef order (some renamed, e.g. ``split_dim`` to
-    ``axis``), then the attributes not inferred: those without a default, then the rest.
-    """
-    names = [p for p in inspect.signature(raw).parameters if p != "name"]
-    free = [attr for attr in op_def.attr if attr.name not in inferred]
-    ordered = [a.name for a in free if not a.HasField("default_value")]
-    ordered += [a.name for a in free if a.HasField("default_value")]
-    expected = [arg.name for arg in op_def.input_arg] + ordered
-    if len(names) != len(expected):
-        return {}
-    return dict(zip(expected, names, strict=True))
-
-
-def _is_list_arg(arg: Any) -> bool:
-    return bool(arg.number_attr or arg.type_list_attr)
-
-
 def _resolve(value: Any) -> Any:
     """An ``Output`` becomes its tensor; anything else goes to TensorFlow as it is."""
     if isinstance(value, Output):
@@ -523,26 +462,6 @@ def _tensor_proto(value: Any) -> Any:
     if opdefs.is_tensor_proto(value):
         return value
     return _tf.tensorflow().make_tensor_proto(_resolve(value))
-
-
-def _attr_value(tf: Any, value: Any) -> Any:
-    """A Python value for an ``AttrValue`` proto (an attribute's default)."""
-
-    def convert(kind: str, item: Any) -> Any:
-        if kind == "type":
-            return tf.as_dtype(item)
-        if kind == "shape":
-            return tf.TensorShape(item)
-        return item
-
-    kind = value.WhichOneof("value")
-    if kind == "list":
-        for field in ("s", "i", "f", "b", "type", "shape", "tensor", "func"):
-            items = getattr(value.list, field)
-            if len(items):
-                return [convert(field, item) for item in items]
-        return []
-    return convert(kind, getattr(value, kind))
 
 
 def _device_scope(tf: Any, device: str | None) -> contextlib.AbstractContextManager[Any]:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pytest_eagersession.errors import ResourceCleanupWarning, SessionClosedError
+from pytest_eagersession.base.errors import ResourceCleanupWarning, SessionClosedError
 
 #: Put in a garbage queue to stop the cleaner that reads it.
 STOP = object()

@@ -19,27 +19,27 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, ClassVar
 
-from pytest_eagersession import survivors
 from pytest_eagersession._tf import callbacks as tf_callbacks
 from pytest_eagersession._tf import context as tf_context
 from pytest_eagersession._tf import resources as tf_resources
-from pytest_eagersession.activations import OPEN_SESSIONS, thread_activations
-from pytest_eagersession.cleaner import Cleaner
-from pytest_eagersession.cycle_watch import COUNTING, GarbageWatch
-from pytest_eagersession.errors import SessionClosedError
-from pytest_eagersession.kinds import tensorflow_ready
-from pytest_eagersession.operations import EagerOperationBuilder
-from pytest_eagersession.references import (
+from pytest_eagersession.base.errors import SessionClosedError
+from pytest_eagersession.base.strategies import DevicePlacementPolicy, ResourceCleanupStrategy
+from pytest_eagersession.core import survivors
+from pytest_eagersession.core.activations import OPEN_SESSIONS, thread_activations
+from pytest_eagersession.core.cleaner import Cleaner
+from pytest_eagersession.core.cycle_watch import COUNTING, GarbageWatch
+from pytest_eagersession.core.kinds import tensorflow_ready
+from pytest_eagersession.core.operations import EagerOperationBuilder
+from pytest_eagersession.core.references import (
     CallbackReference,
     GarbageQueue,
     NativeReference,
     ReferenceRegistry,
     report_failures,
 )
-from pytest_eagersession.session_settings import SessionSettings, SessionStats
-from pytest_eagersession.strategies import DevicePlacementPolicy, ResourceCleanupStrategy
-from pytest_eagersession.survivors import AllowFilter, CloseHints, Survivor
-from pytest_eagersession.tracking import TRACKER, Ownership, make_op_callback
+from pytest_eagersession.core.session_settings import SessionSettings, SessionStats
+from pytest_eagersession.core.survivors import AllowFilter, CloseHints, Survivor
+from pytest_eagersession.core.tracking import TRACKER, Ownership, make_op_callback
 
 __all__ = [
     "EagerSession",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_eagersession.strategies import DevicePlacementPolicy, ResourceCleanupStrategy
-from pytest_eagersession.survivors import AllowPredicate
+from pytest_eagersession.base.strategies import DevicePlacementPolicy, ResourceCleanupStrategy
+from pytest_eagersession.core.survivors import AllowPredicate
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pytest_eagersession.cleaner import is_cleaner_thread
-from pytest_eagersession.kinds import owned_handle, tensorflow_ready
+from pytest_eagersession.core.cleaner import is_cleaner_thread
+from pytest_eagersession.core.kinds import owned_handle, tensorflow_ready
 
 _Profiler = Callable[[Any, str, Any], object]
 

@@ -18,15 +18,16 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias, Union
 
-from pytest_eagersession import garbage, heap, walks
 from pytest_eagersession._tf import gradients, resources
 from pytest_eagersession._tf.callbacks import op_callback
 from pytest_eagersession._tf.context import clear_caches as clear_tensorflow_caches
 from pytest_eagersession._tf.resources import fresh_default_graph
 from pytest_eagersession._tf.state import global_random_generator
 from pytest_eagersession._tf.state import singleton_ids as tensorflow_singletons
-from pytest_eagersession.kinds import TENSOR, Description, describe, owned_handle
-from pytest_eagersession.tracking import TRACKER, Ownership
+from pytest_eagersession.core.kinds import TENSOR, Description, describe, owned_handle
+from pytest_eagersession.core.tracking import TRACKER, Ownership
+from pytest_eagersession.heap import garbage, walks
+from pytest_eagersession.heap import listing as heap
 
 __all__ = [  # the TensorFlow-side housekeeping lives in _tf; kept importable from here
     "AllowFilter",

@@ -18,16 +18,16 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
-from pytest_eagersession.frames import stack
-from pytest_eagersession.heap import (
+from pytest_eagersession.core.kinds import Classifier, tensor_nbytes, tensorflow_ready
+from pytest_eagersession.heap.frames import stack
+from pytest_eagersession.heap.holders import PACKAGE_DIR
+from pytest_eagersession.heap.listing import (
     BOUNDARY,
     instances_weakly,
     of_types_weakly,
     of_types_weakly_apart,
 )
-from pytest_eagersession.kinds import Classifier, tensor_nbytes, tensorflow_ready
 
-_PACKAGE_DIR = __file__.rsplit("/", 1)[0]
 _INTERNAL_PATH_PARTS = (
     "/tensorflow/",
     "/keras/",
@@ -37,7 +37,7 @@ _INTERNAL_PATH_PARTS = (
     "/contextlib.py",
     "/threading.py",
     "/__autograph_generated_file",  # a tf.function's converted code: its caller is the user's
-    _PACKAGE_DIR + "/",
+    PACKAGE_DIR,
 )
 
 

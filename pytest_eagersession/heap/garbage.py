@@ -31,7 +31,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
-from pytest_eagersession.heap import WEAKREF_OFFSET
+from pytest_eagersession.heap.listing import WEAKREF_OFFSET
 
 #: The most objects the set may hold before the proof gives up (about 2 ms per thousand).
 MAX_SET = 20_000

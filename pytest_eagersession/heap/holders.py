@@ -39,15 +39,16 @@ from operator import eq, gt, not_, sub
 from sys import getrefcount
 from typing import Any
 
-from pytest_eagersession.frames import drop_snapshots, running_locals, stack
-from pytest_eagersession.heap import whole_heap_visible
-from pytest_eagersession.unheld import unheld
+from pytest_eagersession.heap.frames import drop_snapshots, running_locals, stack
+from pytest_eagersession.heap.listing import whole_heap_visible
+from pytest_eagersession.heap.unheld import unheld
 
 #: Module name prefixes whose state belongs to TensorFlow and Keras.
 TENSORFLOW_MODULES = ("tensorflow", "keras", "tf_keras", "tensorboard")
 
-#: This package's folder: threads running code under it are ours, never roots.
-PACKAGE_DIR = __file__.rsplit("/", 1)[0] + "/"
+#: This package's folder (above this module's own): threads running code under it are ours,
+#: never roots.
+PACKAGE_DIR = __file__.rsplit("/", 2)[0] + "/"
 
 _FRAME = types.FrameType
 

@@ -26,8 +26,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_eagersession.frames import drop_snapshots, running_locals, stack
-from pytest_eagersession.heap import family, only_instances, referrers, whole_heap_visible
+from pytest_eagersession.heap.frames import drop_snapshots, running_locals, stack
+from pytest_eagersession.heap.listing import family, only_instances, referrers, whole_heap_visible
 
 #: Objects a proof may gather, per object proved, before it gives up.
 MAX_SET = 256

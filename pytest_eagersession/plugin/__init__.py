@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 
 from pytest_eagersession.assertions import EagerChecks
-from pytest_eagersession.kinds import tensorflow_ready
-from pytest_eagersession.peak_check import PeakCheck
-from pytest_eagersession.peaks import IncreaseRule
-from pytest_eagersession.routes import KnownRoutes
-from pytest_eagersession.scopes import ScopeSessions, marks, options_for
-from pytest_eagersession.session import EagerSession
-from pytest_eagersession.settings import (
+from pytest_eagersession.base.support_range import python_warning
+from pytest_eagersession.core.kinds import tensorflow_ready
+from pytest_eagersession.core.session import EagerSession
+from pytest_eagersession.core.tracking import TRACKER
+from pytest_eagersession.plugin.peak_check import PeakCheck
+from pytest_eagersession.plugin.scopes import ScopeSessions, marks, options_for
+from pytest_eagersession.plugin.settings import (
     MARKER_HELP,
     OPTIONS,
     LeakMode,
@@ -35,10 +35,8 @@ from pytest_eagersession.settings import (
     policy_for,
     resolve,
 )
-from pytest_eagersession.summary import LEAK_PROPERTY, PROPERTY, RunSummary
-from pytest_eagersession.support_range import python_warning
-from pytest_eagersession.tracking import TRACKER
-from pytest_eagersession.verdicts import (
+from pytest_eagersession.plugin.summary import LEAK_PROPERTY, PROPERTY, RunSummary
+from pytest_eagersession.plugin.verdicts import (
     ROUTES_KEY,
     STATE_KEY,
     EagerSessionLeakWarning,
@@ -46,6 +44,8 @@ from pytest_eagersession.verdicts import (
     TestCloseHints,
     judge,
 )
+from pytest_eagersession.reports.peaks import IncreaseRule
+from pytest_eagersession.reports.routes import KnownRoutes
 
 __all__ = ["SETTINGS_KEY", "EagerSessionFixture", "EagerSessionLeakWarning"]
 

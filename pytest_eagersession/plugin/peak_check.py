@@ -14,8 +14,14 @@ from typing import Any
 
 import pytest
 
-from pytest_eagersession.peaks import IncreaseRule, Peak, UnreadablePeaks, read_peaks, recorded
-from pytest_eagersession.summary import PROPERTY
+from pytest_eagersession.plugin.summary import PROPERTY
+from pytest_eagersession.reports.peaks import (
+    IncreaseRule,
+    Peak,
+    UnreadablePeaks,
+    read_peaks,
+    recorded,
+)
 
 #: The key of the figures in pytest's cache (``.pytest_cache/v/eagersession/peaks``).
 CACHE_KEY = "eagersession/peaks"

@@ -19,12 +19,18 @@ from typing import Any
 
 import pytest
 
-from pytest_eagersession.cleaner import is_cleaner_thread
-from pytest_eagersession.fixture_values import owned_kind
-from pytest_eagersession.session import EagerSession, SessionOptions
-from pytest_eagersession.settings import LeakMode, Settings, SettingsError, TestPolicy, policy_for
-from pytest_eagersession.started_threads import StartedThreads
-from pytest_eagersession.verdicts import judge
+from pytest_eagersession.core.cleaner import is_cleaner_thread
+from pytest_eagersession.core.session import EagerSession, SessionOptions
+from pytest_eagersession.core.started_threads import StartedThreads
+from pytest_eagersession.plugin.settings import (
+    LeakMode,
+    Settings,
+    SettingsError,
+    TestPolicy,
+    policy_for,
+)
+from pytest_eagersession.plugin.verdicts import judge
+from pytest_eagersession.reports.fixture_values import owned_kind
 
 #: The fixture scopes wider than a test, each with a session of its own.
 WIDER_SCOPES = ("class", "module", "package", "session")
@@ -73,7 +79,7 @@ class Reach:
     def sets(self) -> list[tuple[set[int], set[int]]]:
         """The ids each scope's values reach and those its threads reach, in ``scopes``' order."""
         if self._sets is None:
-            from pytest_eagersession.fixture_values import reachable_ids
+            from pytest_eagersession.reports.fixture_values import reachable_ids
 
             self._sets = [
                 (reachable_ids(scope.values), reachable_ids(scope.threads)) for scope in self.scopes
@@ -135,7 +141,7 @@ class ScopeSessions:
         values.append(value)
         values.extend(started)
         if started:
-            from pytest_eagersession.fixture_values import globals_named_by_target
+            from pytest_eagersession.reports.fixture_values import globals_named_by_target
 
             named = self._named.setdefault(key, [])
             for thread in started:
@@ -254,7 +260,7 @@ class ScopeSessions:
         keys = [key for key in self._sessions if self._values.get(key)]
         if not keys:
             return []
-        from pytest_eagersession.fixture_values import named_globals
+        from pytest_eagersession.reports.fixture_values import named_globals
 
         scopes = []
         for key in keys:

@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pytest_eagersession.explain import DEFAULT_BUDGET_S
-from pytest_eagersession.peaks import DEFAULT_FLOOR, DEFAULT_PERCENT, parse_percent
-from pytest_eagersession.sizes import parse_size
-from pytest_eagersession.strategies import ResourceCleanupStrategy
-from pytest_eagersession.survivors import AllowFilter, AllowPredicate, check_allow_filter
+from pytest_eagersession.base.sizes import parse_size
+from pytest_eagersession.base.strategies import ResourceCleanupStrategy
+from pytest_eagersession.core.survivors import AllowFilter, AllowPredicate, check_allow_filter
+from pytest_eagersession.reports.explain import DEFAULT_BUDGET_S
+from pytest_eagersession.reports.peaks import DEFAULT_FLOOR, DEFAULT_PERCENT, parse_percent
 
 DEFAULT_CHAIN_DEPTH = 10
 VERBOSE_CHAIN_DEPTH = 20

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from pytest_eagersession.grouping import holder_line, holders_of_run
-from pytest_eagersession.report import write_json
-from pytest_eagersession.sizes import format_bytes
-from pytest_eagersession.support_range import tensorflow_warning
+from pytest_eagersession.base.sizes import format_bytes
+from pytest_eagersession.base.support_range import tensorflow_warning
+from pytest_eagersession.reports.grouping import holder_line, holders_of_run
+from pytest_eagersession.reports.report import write_json
 
 #: The user property that carries a test's entry of the JSON report, as JSON text.
 PROPERTY = "eagersession"

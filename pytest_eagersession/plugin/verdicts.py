@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from pytest_eagersession.holders import Root
-from pytest_eagersession.report import Advice, LeakRecord, build_records, render
-from pytest_eagersession.routes import KnownRoutes
-from pytest_eagersession.session import EagerSession
-from pytest_eagersession.settings import LeakMode, Settings, TestPolicy
-from pytest_eagersession.survivors import Survivor
+from pytest_eagersession.core.session import EagerSession
+from pytest_eagersession.core.survivors import Survivor
+from pytest_eagersession.heap.holders import Root
+from pytest_eagersession.plugin.settings import LeakMode, Settings, TestPolicy
+from pytest_eagersession.reports.report import Advice, LeakRecord, build_records, render
+from pytest_eagersession.reports.routes import KnownRoutes
 
 #: The report's advice in the words of a pytest user.
 PYTEST_ADVICE = Advice(

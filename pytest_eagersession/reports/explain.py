@@ -24,7 +24,7 @@ from pytest_eagersession._tf.state import (
     graph_class,
 )
 from pytest_eagersession._tf.tracing import function_label
-from pytest_eagersession.holders import (
+from pytest_eagersession.heap.holders import (
     Root,
     context_roots,
     frame_name,
@@ -32,9 +32,9 @@ from pytest_eagersession.holders import (
     thread_roots,
     walk,
 )
-from pytest_eagersession.native import native_holder
-from pytest_eagersession.root_kinds import describe_root, library_state
-from pytest_eagersession.routes import KnownRoutes
+from pytest_eagersession.reports.native import native_holder
+from pytest_eagersession.reports.root_kinds import describe_root, library_state
+from pytest_eagersession.reports.routes import KnownRoutes
 
 #: TensorFlow's and Keras's module state that keeps what user code put there, by the chain's start:
 #: such a chain is TensorFlow's, but the cause is the code that filled it.

@@ -13,9 +13,9 @@ import types
 from collections.abc import Iterable
 from functools import partial
 
-from pytest_eagersession import walks
-from pytest_eagersession.kinds import RESOURCE_HANDLE, TENSOR
-from pytest_eagersession.survivors import Survivor
+from pytest_eagersession.core.kinds import RESOURCE_HANDLE, TENSOR
+from pytest_eagersession.core.survivors import Survivor
+from pytest_eagersession.heap import walks
 
 #: How many objects the search from the fixture values may visit.
 REACH_LIMIT = 200_000

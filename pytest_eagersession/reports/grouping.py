@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pytest_eagersession.sizes import format_bytes
+from pytest_eagersession.base.sizes import format_bytes
 
 
 class Leak(Protocol):

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pytest_eagersession._tf.state import gradient_tape_class, tape_recording
-from pytest_eagersession.heap import instances_of
-from pytest_eagersession.holders import Root, walk
+from pytest_eagersession.heap.holders import Root, walk
+from pytest_eagersession.heap.listing import instances_of
 
 #: Renders a chain from the root of the given name (``explain.render_chain``).
 Renderer = Callable[[Sequence[Any], str], str]

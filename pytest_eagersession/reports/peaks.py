@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from pytest_eagersession.sizes import format_bytes
+from pytest_eagersession.base.sizes import format_bytes
 
 #: The version of the recorded figures' layout; another version is read as unreadable.
 LAYOUT = 1

@@ -9,10 +9,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pytest_eagersession.explain import DEFAULT_BUDGET_S, MORE_TIME, Explanation, explain_all
-from pytest_eagersession.grouping import group_records, root_of, shorten, slot_of
-from pytest_eagersession.holders import Root
-from pytest_eagersession.kinds import (
+from pytest_eagersession.base.sizes import format_bytes
+from pytest_eagersession.core.kinds import (
     FUNCTION,
     ITERATOR,
     RESOURCE,
@@ -21,9 +19,16 @@ from pytest_eagersession.kinds import (
     TENSOR,
     VARIABLE,
 )
-from pytest_eagersession.routes import KnownRoutes
-from pytest_eagersession.sizes import format_bytes
-from pytest_eagersession.survivors import Survivor, destroy_resources
+from pytest_eagersession.core.survivors import Survivor, destroy_resources
+from pytest_eagersession.heap.holders import Root
+from pytest_eagersession.reports.explain import (
+    DEFAULT_BUDGET_S,
+    MORE_TIME,
+    Explanation,
+    explain_all,
+)
+from pytest_eagersession.reports.grouping import group_records, root_of, shorten, slot_of
+from pytest_eagersession.reports.routes import KnownRoutes
 
 # Objects a user holds by name come first; tensors, which they often hold through them, last.
 KIND_ORDER = {

@@ -16,7 +16,7 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_eagersession.holders import Root
+from pytest_eagersession.heap.holders import Root
 
 #: Whose state a TensorFlow-side module is, by its top-level package.
 _FRAMEWORKS = {

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from gc import get_referents
 from typing import Any
 
-from pytest_eagersession.holders import Root
+from pytest_eagersession.heap.holders import Root
 
 #: Routes kept, the most recently useful first; the oldest goes when a new one comes.
 MOST_ROUTES = 64
