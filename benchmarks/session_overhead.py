@@ -37,10 +37,14 @@ def time_once(fn: Callable[[], object]) -> float:
 
 
 def per_op_overhead(rounds: int, ops: int) -> dict[str, float]:
-    """Median time of ``ops`` small ops inside an active session, over the time with none.
+    """The median, over rounds, of the time of ``ops`` small ops inside an active session over
+    the time with none in the same round.
 
     Only the ops are timed; activation is not. Each sample starts from the same gc state (a
-    young-generation collection), in a shuffled order of variants.
+    young-generation collection), in a shuffled order of variants. A round's variants run
+    back to back, so each ratio compares times taken within a fraction of a second of each
+    other: the machine's drift, which moves whole seconds of samples, cancels in it, where a
+    ratio of medians over the whole run kept it.
     """
     from pytest_eagersession import EagerSession
 
@@ -65,8 +69,12 @@ def per_op_overhead(rounds: int, ops: int) -> dict[str, float]:
     for session in sessions.values():
         if session is not None:
             session.close()
-    base = statistics.median(samples["none"])
-    return {name: statistics.median(values) / base - 1.0 for name, values in samples.items()}
+    base = samples["none"]
+    return {
+        name: statistics.median(value / none for value, none in zip(values, base, strict=True))
+        - 1.0
+        for name, values in samples.items()
+    }
 
 
 def open_close_cost(rounds: int) -> dict[str, float]:

@@ -41,7 +41,7 @@ CLEANER_JOIN_TIMEOUT_S = 5.0
 #: The shortest and the longest wait between two looks: the shortest while the bytes grow (a
 #: loop makes a 16 MiB tensor every 0.7 ms), the longest once they are quiet (what a quiet
 #: thread costs the code's ops: one hand-over of the interpreter each wake).
-LOOK_INTERVAL_S = (0.0005, 0.008)
+LOOK_INTERVAL_S = (0.0005, 0.016)
 #: Seconds without growth after which the waits between looks double towards the longest.
 QUIET_S = 0.05
 #: The first wait when a session starts or becomes the owner again: most tests take a
