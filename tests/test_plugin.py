@@ -1080,3 +1080,47 @@ def test_enabled_plugin_without_tensorflow_never_imports_it(pytester: pytest.Pyt
     result.stdout.no_fnmatch_line("*TensorFlow*")  # not imported for the header
     tests = _by_nodeid(json_path)
     assert {entry["strategy"] for entry in tests.values()} == {"on_safe_points"}
+
+
+ONE_PLUGIN_OBJECT = """
+    import json
+
+    import pytest
+    import tensorflow as tf
+
+    from pytest_eagersession.plugin import RUN_KEY
+
+    KEPT = []
+
+    def pytest_sessionstart(session):
+        ours = [
+            name
+            for name, plugin in session.config.pluginmanager.list_name_plugin()
+            if name and name.startswith("eagersession") and plugin is not None
+        ]
+        run = session.config.stash[RUN_KEY]
+        with open("registered.json", "w") as out:
+            json.dump({"names": sorted(ours), "scopes": run.scopes.open_sessions() == []}, out)
+
+    @pytest.fixture(scope="session")
+    def shared():
+        yield
+        KEPT.append(tf.Variable([1.0]))  # made as the run's last scope closes: its leak
+"""
+
+
+def test_the_plugin_registers_one_object_and_writes_the_json_report_last(
+    pytester: pytest.Pytester,
+) -> None:
+    """One object of the plugin's own is registered, kept in ``config.stash``; the end of the
+    run closes the wider scopes before the JSON report is written, so their leaks are in it."""
+    pytester.makeconftest(ONE_PLUGIN_OBJECT)
+    pytester.makepyfile(test_one="def test_uses(shared):\n    pass\n")
+    out = pytester.path / "report.json"
+    result = run_inner(pytester, f"--eagersession-json={out}")
+    registered = json.loads((pytester.path / "registered.json").read_text())
+    assert registered == {"names": ["eagersession", "eagersession-run"], "scopes": True}
+    report = json.loads(out.read_text())
+    leaks = [leak for test in report["tests"] for leak in test.get("leaks", [])]
+    assert result.ret != 0
+    assert ["ResourceVariable" in leak["summary"] for leak in leaks] == [True]

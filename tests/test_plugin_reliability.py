@@ -298,8 +298,8 @@ HYGIENE_CONFTEST = """
         return _ours
 
     def _open_scope_sessions(config):
-        scopes = config.pluginmanager.get_plugin("eagersession-scopes")
-        return {f"eagersession-cleaner-{id(session):x}" for session in scopes.open_sessions()}
+        run = config.pluginmanager.get_plugin("eagersession-run")
+        return {f"eagersession-cleaner-{id(session):x}" for session in run.scopes.open_sessions()}
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item, nextitem):

@@ -28,7 +28,7 @@ CACHE_KEY = "eagersession/peaks"
 
 
 class PeakCheck:
-    """The last run's peaks, the rule they are judged by, and this run's; a pytest plugin."""
+    """The last run's peaks, the rule they are judged by, and this run's."""
 
     def __init__(self, config: pytest.Config, rule: IncreaseRule) -> None:
         cache = getattr(config, "cache", None)
@@ -52,8 +52,8 @@ class PeakCheck:
             return []
         return self._rule.increases(nodeid, before, now)
 
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Note the peaks of the bodies that passed (on the xdist controller too)."""
+    def note(self, report: pytest.TestReport) -> None:
+        """Note the peak of a body that passed, from its reports."""
         if report.when == "call" and report.passed:
             self._call_passed.add(report.nodeid)
         elif report.when == "teardown" and report.nodeid in self._call_passed:
@@ -63,8 +63,7 @@ class PeakCheck:
                     if peak is not None:
                         self._passed[report.nodeid] = peak
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def record(self) -> None:
         """Record this run's peaks (not on xdist workers: their controller does)."""
         if self._worker or not self._passed:
             return

@@ -97,10 +97,7 @@ class Reach:
 
 
 class ScopeSessions:
-    """The open sessions of the wider scopes, and what their fixtures' values reach.
-
-    Registered with pytest as a plugin for its ``pytest_fixture_setup`` hook.
-    """
+    """The open sessions of the wider scopes, and what their fixtures' values reach."""
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
@@ -110,11 +107,11 @@ class ScopeSessions:
         self._ending: list[tuple[str, str]] | None = None
         self._threads = StartedThreads()
 
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_fixture_setup(
+    def fixture_setup(
         self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
     ) -> Generator[None, object, object]:
-        """Set a wider-scoped fixture up inside the session of its scope."""
+        """Set a wider-scoped fixture up inside the session of its scope (the body of the
+        plugin's ``pytest_fixture_setup`` wrapper)."""
         scope = fixturedef.scope
         if scope not in WIDER_SCOPES:
             return (yield)

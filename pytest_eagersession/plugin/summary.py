@@ -26,7 +26,7 @@ MOST_HOLDERS_SHOWN = 10
 
 
 class RunSummary:
-    """Each test's outcome and leaks, collected from its reports; a pytest plugin."""
+    """Each test's outcome and leaks, collected from its reports."""
 
     def __init__(self, config: pytest.Config, json_path: str | None, most_memory: int = 0) -> None:
         self._config = config
@@ -35,8 +35,8 @@ class RunSummary:
         self._results: dict[str, dict[str, Any]] = {}
         self._json_error: str | None = None
 
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Collect each test's outcome and leak data (on the xdist controller too)."""
+    def note(self, report: pytest.TestReport) -> None:
+        """Collect a test's outcome and leak data from one of its reports."""
         entry = self._results.setdefault(
             report.nodeid, {"nodeid": report.nodeid, "outcome": "passed"}
         )
@@ -48,7 +48,7 @@ class RunSummary:
             if name == PROPERTY and isinstance(value, str):
                 entry.update(json.loads(value))
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def write_terminal(self, terminalreporter: Any) -> None:
         """List the tests that leaked, with counts and bytes."""
         if self._json_error is not None:
             terminalreporter.write_line(self._json_error, red=True)
@@ -123,8 +123,7 @@ class RunSummary:
             for line in kept_lines:
                 terminalreporter.write_line(f"{nodeid}: {line}")
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def write_json(self) -> None:
         """Write the JSON report (not on xdist workers)."""
         path = self._json_path
         if path is None or hasattr(self._config, "workerinput"):
