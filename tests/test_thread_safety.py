@@ -370,8 +370,7 @@ def test_a_closing_session_shows_among_no_fresh_objects_referrers(
     monkeypatch.setattr(survivors, "describe", asking("describe", survivors.describe))
     monkeypatch.setattr(walks, "referents", asking("holders' walk", walks.referents))
     monkeypatch.setattr(walks, "referents_of", asking("holders' walk", walks.referents_of))
-    monkeypatch.setattr(garbage, "_referents", asking("proof's walk", garbage._referents))
-    monkeypatch.setattr(garbage, "_referents_of", asking("proof's walk", garbage._referents_of))
+    monkeypatch.setattr(garbage, "referents_of", asking("proof's walk", garbage.referents_of))
     session = EagerSession.options().destroy_survivors(False).build()
     with session:
         fresh = tf.constant([1.0, 2.0])

@@ -32,6 +32,7 @@ from functools import partial
 from typing import Any
 
 from pytest_eagersession.heap.listing import WEAKREF_OFFSET
+from pytest_eagersession.heap.walks import View, referents_of
 
 #: The most objects the set may hold before the proof gives up (about 2 ms per thousand).
 MAX_SET = 20_000
@@ -93,7 +94,7 @@ def _closure(
         entries.append(ref)
         if position < len(targets):
             wanted.append(key)
-        frontier.extend(_referents_of(entry))
+        frontier.extend(referents_of(entry, View.PROOF))
     entry = None
     members: list[object] = []
     offset = len(entries) + 1  # the entries' probe comes between
@@ -111,28 +112,8 @@ def _closure(
                 members.append(obj)
         if len(entries) + len(members) > limit:
             return [], [], {}, []
-        frontier = _referents(members[grown:])
+        frontier = [child for obj in members[grown:] for child in referents_of(obj, View.PROOF)]
     return entries, members, index, wanted
-
-
-def _referents(objects: Sequence[object]) -> list[object]:
-    """What ``objects`` refer to, less the globals and builtins of functions and frames."""
-    found: list[object] = []
-    for obj in objects:
-        found.extend(_referents_of(obj))
-    return found
-
-
-def _referents_of(obj: object) -> list[object]:
-    """``_referents`` of one object, which no container of the walk holds meanwhile."""
-    children = gc.get_referents(obj)
-    if isinstance(obj, types.FunctionType):
-        skip = (id(obj.__globals__), id(getattr(obj, "__builtins__", None)))
-    elif isinstance(obj, types.FrameType):
-        skip = (id(obj.f_globals), id(obj.f_builtins))
-    else:
-        return children
-    return [child for child in children if id(child) not in skip]
 
 
 def _reachable(

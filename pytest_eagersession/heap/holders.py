@@ -42,6 +42,7 @@ from typing import Any
 from pytest_eagersession.heap.frames import drop_snapshots, running_locals, stack
 from pytest_eagersession.heap.listing import whole_heap_visible
 from pytest_eagersession.heap.unheld import unheld
+from pytest_eagersession.heap.walks import View, referents_of
 
 #: Module name prefixes whose state belongs to TensorFlow and Keras.
 TENSORFLOW_MODULES = ("tensorflow", "keras", "tf_keras", "tensorboard")
@@ -334,20 +335,13 @@ class _Walker:
         if not internal and _tensorflow_global(obj):
             return None
         # a class holds its own attributes; its bases are their own modules' to walk
-        return [child for child in get_referents(obj) if type(child) is dict]
+        return referents_of(obj, View.HOLDER)
 
     def _frame_children(self, frame: types.FrameType) -> list[Any]:
         """A frame's locals: never its globals, builtins, code, or the frame below it."""
         if id(frame) in self.running:
             return running_locals(frame, self.read_locals)
-        return [
-            child
-            for child in get_referents(frame)
-            if child is not frame.f_globals
-            and child is not frame.f_builtins
-            and child is not frame.f_back
-            and not isinstance(child, types.CodeType)
-        ]
+        return referents_of(frame, View.HOLDER)
 
     def _children_of(
         self, objects: list[Any], internal: bool, root: bool, record: bool = False

@@ -1,57 +1,90 @@
-"""Walking forward from objects: what they refer to, as the package's walks from roots follow it.
+"""Walking forward from objects: what an object refers to, in each of the package's three views.
 
-A forward walk is safe from other threads: a tuple that another thread is still building is
+``referents_of`` is the one answer to "what does this object refer to": the garbage proof, the
+walks from known roots and the holder walk each ask it in their own view (``View``). A forward
+walk is safe from other threads: a tuple that another thread is still building is
 referred to by nothing, so no walk can reach it (unlike a listing of the heap, ``heap``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import gc
 import types
 from collections.abc import Callable, Iterable, Sequence
 
 
-def referents(objects: Sequence[object]) -> list[object]:
-    """What ``objects`` refer to, as the walks from known roots follow it.
+class View(enum.Enum):
+    """Which of an object's references a walk follows: the one question "what does this refer
+    to" asks in three ways, by the package's three walks.
 
-    A function leads to its closure cells' contents, its defaults and its ``__dict__``, a frame
-    to its locals and the frame below it: never to their globals, builtins or code, from where
-    everything would be reachable. Other objects lead to their gc referents. Forward walks are
-    safe from other threads: a tuple still being built is referred to by nothing.
+    Whatever the view, a function's or a frame's globals and builtins are never followed:
+    everything would be reachable from them.
     """
+
+    PROOF = "proof"
+    """Every other reference, code objects and closure cells included: the garbage proof
+    (``garbage``) counts each reference between the objects it judges."""
+    STATE = "state"
+    """What holds state: a function's closure contents, defaults and ``__dict__``; a frame's
+    locals and the frame below it, not its code. The walks from known roots (``reachable``)."""
+    HOLDER = "holder"
+    """As ``STATE`` for a frame, less the frame below it, which the holder walk reaches as a
+    thread's frame of its own; a class's own ``__dict__`` alone, its bases being their
+    modules' to walk; a function, as any object, by all its references (``holders``)."""
+
+
+def referents_of(obj: object, view: View = View.STATE) -> list[object]:
+    """What ``obj`` refers to, in ``view``; which no container of the walk holds meanwhile."""
+    if isinstance(obj, types.FrameType):
+        cut = {id(obj.f_globals), id(obj.f_builtins)}
+        if view is View.HOLDER:
+            cut.add(id(obj.f_back))
+        keep_code = view is View.PROOF
+        return [
+            child
+            for child in gc.get_referents(obj)
+            if id(child) not in cut and (keep_code or not isinstance(child, types.CodeType))
+        ]
+    if isinstance(obj, types.FunctionType) and view is not View.HOLDER:
+        if view is View.STATE:
+            return _state_of_function(obj)
+        cut = {id(obj.__globals__), id(getattr(obj, "__builtins__", None))}
+        return [child for child in gc.get_referents(obj) if id(child) not in cut]
+    if view is View.HOLDER and isinstance(obj, type):
+        return [child for child in gc.get_referents(obj) if type(child) is dict]
+    return gc.get_referents(obj)
+
+
+def referents(objects: Sequence[object], view: View = View.STATE) -> list[object]:
+    """``referents_of`` each of ``objects``, together; the plain ones in one call into C."""
+    viewed = _VIEWED[view]
     found: list[object] = []
     plain: list[object] = []
     for obj in objects:
-        if isinstance(obj, (types.FunctionType, types.FrameType)):
-            found.extend(_referents_of_code(obj))
+        if isinstance(obj, viewed):
+            found.extend(referents_of(obj, view))
         else:
             plain.append(obj)
     found.extend(gc.get_referents(*plain))
     return found
 
 
-def referents_of(obj: object) -> list[object]:
-    """``referents`` of one object, which no container of the walk holds meanwhile."""
-    if isinstance(obj, (types.FunctionType, types.FrameType)):
-        return _referents_of_code(obj)
-    return gc.get_referents(obj)
+#: The kinds of object whose references each view cuts (every other kind: gc's referents).
+_VIEWED: dict[View, tuple[type, ...]] = {
+    View.PROOF: (types.FunctionType, types.FrameType),
+    View.STATE: (types.FunctionType, types.FrameType),
+    View.HOLDER: (types.FrameType, type),
+}
 
 
-def _referents_of_code(obj: types.FunctionType | types.FrameType) -> list[object]:
-    if isinstance(obj, types.FrameType):
-        return [
-            child
-            for child in gc.get_referents(obj)
-            if child is not obj.f_globals
-            and child is not obj.f_builtins
-            and not isinstance(child, types.CodeType)
-        ]
+def _state_of_function(function: types.FunctionType) -> list[object]:
     found: list[object] = []
-    for cell in obj.__closure__ or ():
+    for cell in function.__closure__ or ():
         with contextlib.suppress(ValueError):  # an empty cell
             found.append(cell.cell_contents)
-    found.extend((obj.__defaults__, obj.__kwdefaults__, obj.__dict__))
+    found.extend((function.__defaults__, function.__kwdefaults__, function.__dict__))
     return found
 
 
