@@ -113,8 +113,7 @@ def test_cleared_reference_is_never_deleted(make_session, strategy) -> None:
     assert not reference.registered
     garbage.put(reference)
     session.safe_point()
-    session.close()
-    time.sleep(0.01)
+    session.close()  # its cleaner thread, if any, has ended: nothing deletes later
     assert reference.deletions == 0
 
 
@@ -222,8 +221,7 @@ def test_on_safe_points_deletes_at_the_next_safe_point_only(make_session) -> Non
     session = make_session(ON_SAFE_POINTS)
     referent = Referent()
     reference = CountingReference(session, referent)
-    del referent
-    time.sleep(0.02)
+    del referent  # no thread runs under this strategy: only a safe point deletes
     assert not reference.deleted
     session.safe_point()
     assert reference.deleted
@@ -233,8 +231,7 @@ def test_on_session_close_waits_for_close(make_session) -> None:
     session = make_session(ON_SESSION_CLOSE)
     referent = Referent()
     reference = CountingReference(session, referent)
-    del referent
-    time.sleep(0.02)
+    del referent  # no thread runs under this strategy, and a safe point deletes nothing
     session.safe_point()
     assert not reference.deleted
     session.close()
@@ -259,6 +256,8 @@ def package_threads() -> list[threading.Thread]:
 def test_in_background_has_a_daemon_thread_of_its_own_from_build_to_close() -> None:
     """As in TensorFlow Java: each session's thread starts as it is built and ends as it is
     closed (the close waits for its end); closing one leaves the other's running."""
+    import tensorflow  # noqa: F401  (built before TensorFlow is imported, see the test below)
+
     before = set(threading.enumerate())
     session = EagerSession.create()
     other = EagerSession.create()
@@ -275,6 +274,54 @@ def test_in_background_has_a_daemon_thread_of_its_own_from_build_to_close() -> N
     assert other.cleaner.running
     other.close()
     assert set(threading.enumerate()) == before
+
+
+BEFORE_TENSORFLOW = """
+import threading
+
+from pytest_eagersession import EagerSession
+
+
+def ours():
+    return sum(t.name.startswith("eagersession-") for t in threading.enumerate())
+
+
+class Referent:
+    pass
+
+
+session = EagerSession.create()
+session.activate()
+session.deactivate()
+counts = [ours()]  # built and used, nothing of TensorFlow's to clean: no thread
+other = EagerSession.create()
+session.attach(Referent(), lambda: None)  # a reference to delete: its thread starts
+counts.append(ours())
+import tensorflow  # noqa: E402
+
+other.activate()  # the first activation after TensorFlow is imported starts the other's
+other.deactivate()
+counts.append(ours())
+third = EagerSession.create()  # built with TensorFlow imported: at once
+counts.append(ours())
+for each in (session, other, third):
+    each.close()
+counts.append(ours())
+print(counts)
+"""
+
+
+def test_a_session_built_before_tensorflow_starts_its_thread_only_when_it_has_work() -> None:
+    """A suite that never imports TensorFlow starts no thread: before TensorFlow, a session's
+    thread starts with its first registered reference, or its first activation after."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", BEFORE_TENSORFLOW], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[0, 1, 2, 3, 0]"
 
 
 def test_once_every_session_is_closed_no_thread_of_the_package_is_alive() -> None:

@@ -976,7 +976,7 @@ def test_a_looks_cost_is_its_cpu_time_not_its_wait_for_the_interpreter(
 
         monkeypatch.setattr(TRACKER, name, waiting)
     session = make_session(IN_BACKGROUND, track_creation=False)
-    watch = session._watch
+    watch = session.watch
     with session:
         assert wait_until(lambda: watch.listing_seconds > 0)
         assert watch.listing_seconds < 0.005  # 10 ms of wall time each
@@ -999,7 +999,7 @@ def count_reads_and_looks(
         return real_read(memory)
 
     def look(watch: GarbageWatch) -> int:
-        if watch is session._watch:
+        if watch is session.watch:
             looks.append(len(reads))
         return real_look(watch)
 
@@ -1073,7 +1073,7 @@ def test_resident_memory_is_read_on_linux_and_nowhere_else(monkeypatch) -> None:
 
 
 def watch_of(session: EagerSession) -> GarbageWatch:
-    return session._watch
+    return session.watch
 
 
 def test_the_watch_collects_once_garbage_passes_the_threshold(make_session) -> None:

@@ -1,11 +1,14 @@
 """Which sessions are open in the process, and which each thread has activated.
 
+Sessions still open as the process exits are closed then, quietly.
+
 Activations nest per thread, innermost last, each with the exit stack that undoes it. A forked
 child inherits the parent's open sessions but not their threads: it forgets them.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import threading
@@ -37,6 +40,14 @@ def _abandon_sessions_after_fork() -> None:
     not fork-safe) in the child; the parent still owns and closes them.
     """
     OPEN_SESSIONS.clear()
+
+
+@atexit.register
+def _close_sessions_left_open() -> None:
+    """Close sessions that careless code left open, default included, without raising."""
+    for session in list(OPEN_SESSIONS):
+        with contextlib.suppress(Exception):
+            session._close()
 
 
 if hasattr(os, "register_at_fork"):

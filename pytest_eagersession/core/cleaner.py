@@ -1,7 +1,10 @@
 """The ``IN_BACKGROUND`` strategy's thread: one for each session, from its build to its close.
 
 As in TensorFlow Java, a session under ``IN_BACKGROUND`` has a thread of its own, dedicated to
-cleanup, started when the session is built and ended when it is closed. The thread blocks on
+cleanup, started when the session is built and ended when it is closed. (A session built before
+TensorFlow is imported starts it at its first activation after TensorFlow is, or its first
+registered reference: until then there is nothing to clean, and a suite that never imports
+TensorFlow starts no thread.) The thread blocks on
 the session's garbage queue and deletes each reference whose referent died. While its session
 owns new objects (it is the innermost active one), the thread also wakes by itself so that the
 session's ``GarbageWatch`` (``cycle_watch``) collects the cycles that hold tensors; ``Pace``
@@ -110,7 +113,7 @@ class Pace:
 
 
 class Cleaner:
-    """The background thread of one session, started as it is built, ended by ``stop()``.
+    """The background thread of one session, from ``start()`` to ``stop()``.
 
     The thread is a daemon named ``eagersession-cleaner-<session id>``. Stopping it puts a
     ``STOP`` on the garbage queue; the thread ends what it is doing (a look, or a deleter) and
@@ -124,6 +127,7 @@ class Cleaner:
         self._pace = Pace(watch)
         self._lock = threading.Lock()
         self._stopped = False
+        self._started = False
         self._untimed = False  # whether the thread waits now with no timeout
         self._restart = False  # a wake asked for while its wait was timed
         self.prompt_wakeups = False
@@ -131,9 +135,16 @@ class Cleaner:
         self.thread = threading.Thread(
             target=self._run, name=f"eagersession-cleaner-{id(owner):x}", daemon=True
         )
-        """The daemon thread that runs it, alive from the session's build to its close."""
+        """The daemon thread that runs it, alive from ``start()`` to the session's close."""
         _THREADS.add(self.thread)
-        run_promptly(self.thread.start)  # on busy cores, a start waits for two of them
+
+    def start(self) -> None:
+        """Start the thread, unless it started already or was asked to stop."""
+        with self._lock:  # held through the start: the new thread waits for it, not we for it
+            if self._started or self._stopped:
+                return
+            self._started = True
+            run_promptly(self.thread.start)  # on busy cores, a start waits for two of them
 
     @property
     def running(self) -> bool:
@@ -147,8 +158,8 @@ class Cleaner:
         would hand it the interpreter at each activation): it starts afresh as that wait ends.
         """
         with self._lock:
-            if self._stopped:
-                return
+            if self._stopped or not self._started:
+                return  # a thread that starts later watches afresh
             if not self._untimed:
                 self._restart = True
                 return
@@ -168,7 +179,9 @@ class Cleaner:
         """Wait, up to ``CLEANER_JOIN_TIMEOUT_S``, for the thread to end once it was asked to
         stop (it ends what it is doing first). Called from the thread itself (a deleter that
         closes its session), it returns at once: the thread ends when the deleter returns."""
-        if threading.current_thread() is not self.thread:
+        with self._lock:
+            started = self._started
+        if started and threading.current_thread() is not self.thread:
             self.thread.join(CLEANER_JOIN_TIMEOUT_S)
 
     def stop(self) -> None:
@@ -189,9 +202,7 @@ class Cleaner:
         first = True
         while True:
             with self._lock:  # a wake that comes after this sees which wait this is
-                if self._stopped:
-                    return
-                watching = self._watching(first)
+                watching = self._watching(first) and not self._stopped
                 self._untimed = not watching
                 restart, self._restart = self._restart, False
             if restart:
@@ -201,8 +212,10 @@ class Cleaner:
                 item = garbage.get(timeout=pace.wait) if watching else garbage.get()
             except queue.Empty:
                 item = _TIMED_OUT
-            if self._stopped or item is STOP:
-                return  # what is queued is the close's
+            if item is STOP:  # put after the stop was asked: the thread ends reading it
+                return
+            if self._stopped:
+                continue  # until the STOP: what is still registered is the close's to delete
             if item is WAKE:
                 pace.restart()
             elif item is _TIMED_OUT:

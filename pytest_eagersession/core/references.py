@@ -39,11 +39,16 @@ class ReferenceRegistry:
     ran, registering raises ``SessionClosedError``.
     """
 
-    def __init__(self, garbage_queue: GarbageQueue | None = None) -> None:
+    def __init__(
+        self,
+        garbage_queue: GarbageQueue | None = None,
+        on_register: Callable[[], object] | None = None,
+    ) -> None:
         self.garbage_queue: GarbageQueue = (
             garbage_queue if garbage_queue is not None else queue.SimpleQueue()
         )
         """The queue dying referents put their references in."""
+        self._on_register = on_register
         self._discarded = False
         self._references: dict[int, NativeReference] = {}
         self._lock = threading.Lock()
@@ -54,12 +59,17 @@ class ReferenceRegistry:
         self._cleanup_errors = 0
 
     def register(self, reference: NativeReference) -> None:
-        """Keep ``reference`` until it is deleted or cleared; ``SessionClosedError`` once closed."""
+        """Keep ``reference`` until it is deleted or cleared; ``SessionClosedError`` once closed.
+
+        Then calls ``on_register`` (a session starts its cleaner's thread then, if it had not).
+        """
         with self._lock:
             if self._closed:
                 raise SessionClosedError()
             self._references[id(reference)] = reference
             self._peak = max(self._peak, len(self._references))
+        if self._on_register is not None:
+            self._on_register()
 
     def holds(self, reference: NativeReference) -> bool:
         """Whether ``reference`` is registered here (not deleted, not cleared)."""

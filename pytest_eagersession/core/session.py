@@ -8,7 +8,6 @@ TensorFlow nor pytest; TensorFlow is imported when a session first needs it.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import dataclasses
 import sys
@@ -170,7 +169,7 @@ class EagerSession:
         settings = options.settings
         self._settings = settings
         self._strategy = settings.resource_cleanup_strategy
-        self._references = ReferenceRegistry(garbage_queue)
+        self._references = ReferenceRegistry(garbage_queue, on_register=self._start_cleaner)
         self._lock = threading.Lock()
         self._closed = False
         self._closing_thread: int | None = None
@@ -188,6 +187,8 @@ class EagerSession:
         self._cleaner: Cleaner | None = None
         if self._strategy is ResourceCleanupStrategy.IN_BACKGROUND:
             self._cleaner = Cleaner(self, self._references, self._watch)
+            if tensorflow_ready():
+                self._cleaner.start()
         _OPEN_SESSIONS.add(self)
 
     # ----------------------------------------------------------------- construction
@@ -270,6 +271,12 @@ class EagerSession:
         return self._cleaner
 
     @property
+    def watch(self) -> GarbageWatch:
+        """The byte watch that collects the cycles the session made (for tests and
+        diagnostics): the bytes its last look counted, the collections it started."""
+        return self._watch
+
+    @property
     def is_default(self) -> bool:
         """Whether this is the process-wide default session."""
         return self._is_default
@@ -324,7 +331,14 @@ class EagerSession:
         """
         self._watch.restart()
         if self._cleaner is not None:
+            if tensorflow_ready():
+                self._cleaner.start()
             self._cleaner.wake()
+
+    def _start_cleaner(self) -> None:
+        """A reference joined: the cleaner's thread must run to delete it once it dies."""
+        if self._cleaner is not None:
+            self._cleaner.start()
 
     # ----------------------------------------------------------------- TensorFlow scope
 
@@ -433,21 +447,15 @@ class EagerSession:
             stack.enter_context(tf_resources.fresh_default_graph())
             stack.enter_context(self.execution_scope())
             track_creation = self._settings.track_creation
-            if track_creation or self._strategy is ResourceCleanupStrategy.ON_SAFE_POINTS:
-                stack.enter_context(
-                    tf_callbacks.op_callback(
-                        make_op_callback(
-                            self,
-                            safe_points=self._strategy is ResourceCleanupStrategy.ON_SAFE_POINTS,
-                            track_creation=track_creation,
-                            note_bytes=(
-                                self._watch.note
-                                if self._strategy is ResourceCleanupStrategy.ON_SAFE_POINTS
-                                else None
-                            ),
-                        )
-                    )
+            safe_points = self._strategy is ResourceCleanupStrategy.ON_SAFE_POINTS
+            if track_creation or safe_points:
+                on_op = make_op_callback(
+                    self,
+                    safe_points=safe_points,
+                    track_creation=track_creation,
+                    note_bytes=self._watch.note if safe_points else None,
                 )
+                stack.enter_context(tf_callbacks.op_callback(on_op))
         TRACKER.push(self)
         thread_activations().append((self, stack))
         self.resume()  # watch what it makes from now on
@@ -576,11 +584,3 @@ class EagerSession:
             TRACKER.attribute()
         with COUNTING:  # no cleaner holds a tensor of the code's while it is judged
             return self._check.find(since, release=release, hints=hints)
-
-
-@atexit.register
-def _close_sessions_left_open() -> None:
-    """Close sessions that careless code left open, default included, without raising."""
-    for session in list(_OPEN_SESSIONS):
-        with contextlib.suppress(Exception):
-            session._close()
