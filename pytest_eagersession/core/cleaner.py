@@ -214,8 +214,9 @@ class Cleaner:
                 item = _TIMED_OUT
             if item is STOP:  # put after the stop was asked: the thread ends reading it
                 return
-            if self._stopped:
-                continue  # until the STOP: what is still registered is the close's to delete
+            if self._stopped:  # until the STOP: what is still registered is the close's
+                item = None
+                continue
             if item is WAKE:
                 pace.restart()
             elif item is _TIMED_OUT:
