@@ -140,6 +140,8 @@ class Cleaner:
 
     def start(self) -> None:
         """Start the thread, unless it started already or was asked to stop."""
+        if self._started:  # read without the lock: the new thread may hold it a while
+            return
         with self._lock:  # held through the start: the new thread waits for it, not we for it
             if self._started or self._stopped:
                 return
