@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import queue
 import threading
 import time
 import weakref
@@ -42,11 +43,15 @@ def make_session() -> Iterator[Callable[..., EagerSession]]:
     """Sessions tracking creation sites (ON_SESSION_CLOSE unless told), closed after the test."""
     sessions: list[EagerSession] = []
 
-    def make(strategy: ResourceCleanupStrategy = ON_SESSION_CLOSE, **options: Any) -> EagerSession:
+    def make(
+        strategy: ResourceCleanupStrategy = ON_SESSION_CLOSE,
+        garbage_queue: queue.Queue[Any] | None = None,
+        **options: Any,
+    ) -> EagerSession:
         builder = EagerSession.options().resource_cleanup_strategy(strategy).track_creation()
         for name, value in options.items():
             getattr(builder, name)(value)
-        session = builder.build()
+        session = builder.build(garbage_queue)
         sessions.append(session)
         return session
 
@@ -397,8 +402,7 @@ def test_cycles_holding_tensors_are_collected_as_tracked_bytes_grow(make_session
         if strategy is IN_BACKGROUND:
             # Both: a collection is counted a moment after it ends, while the cleaner lists again.
             assert wait_until(lambda: first() is None and session.stats().cycle_collections > 0)
-        else:
-            time.sleep(0.05)
+        # The other two have no thread: what they collect, they collected by now.
         collections = session.stats().cycle_collections
         garbage_left = first() is not None
     if strategy is ON_SESSION_CLOSE:
@@ -422,13 +426,16 @@ def test_cycles_holding_tensors_are_collected_as_tracked_bytes_grow(make_session
         assert session.stats().cycle_collections == collections
 
 
-def test_in_background_leaves_disabled_automatic_collection_off(make_session) -> None:
+def test_in_background_leaves_disabled_automatic_collection_off(make_session, monkeypatch) -> None:
     session = make_session(IN_BACKGROUND, track_creation=False)
+    _, looks = count_reads_and_looks(session, monkeypatch)
     with automatic_gc_disabled(), session:
         first = weakref.ref(Cyclic(tf.fill([1024, 1024], 0.0)))
         for i in range(1, 8):
             Cyclic(tf.fill([1024, 1024], float(i)))
-        time.sleep(0.1)
+        after_garbage = len(looks)
+        # Three looks at 28 MiB of garbage, which collect it when collection is on.
+        assert wait_until(lambda: len(looks) >= after_garbage + 3)
         assert first() is not None  # the user turned collection off: it stays off
         assert session.stats().cycle_collections == 0
     assert session.close() == ()
@@ -937,11 +944,27 @@ def test_the_session_leaves_the_collectors_thresholds_alone(make_session) -> Non
     assert gc.get_threshold() == thresholds
 
 
+class WaitRecorder(queue.Queue[Any]):
+    """A garbage queue that notes, as its reader starts each wait with no timeout, how many
+    looks ``looks`` had counted then."""
+
+    def __init__(self, looks: list[Any]) -> None:
+        super().__init__()
+        self._looks = looks
+        self.looks_at_untimed_waits: list[int] = []
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        if block and timeout is None:
+            self.looks_at_untimed_waits.append(len(self._looks))
+        return super().get(block, timeout)
+
+
 def test_an_outer_sessions_cleaner_stops_watching(make_session, monkeypatch) -> None:
     """The cleaner of a session with another activated inside it does not look."""
     monkeypatch.setattr(cleaner, "LOOK_INTERVAL_S", (0.002, 0.002))
     looks: list[bool] = []
-    outer = make_session(IN_BACKGROUND, track_creation=False)
+    garbage = WaitRecorder(looks)
+    outer = make_session(IN_BACKGROUND, track_creation=False, garbage_queue=garbage)
     inner = make_session(ON_SESSION_CLOSE, track_creation=False)
     original = GarbageWatch.look
 
@@ -953,10 +976,11 @@ def test_an_outer_sessions_cleaner_stops_watching(make_session, monkeypatch) -> 
     with outer:
         assert wait_until(lambda: bool(looks))  # watching: it looks every 2 ms
         with inner:
-            time.sleep(0.05)  # the wait under way ends meanwhile
-            during = len(looks)
-            time.sleep(0.05)
-            assert len(looks) <= during + 1
+            waits = garbage.looks_at_untimed_waits
+            before = len(waits)
+            # The wait under way ends, and the next has no timeout: nothing but a put ends it.
+            assert wait_until(lambda: len(waits) > before)
+            assert len(looks) == waits[-1]  # no look since
         looks.clear()
         assert wait_until(lambda: bool(looks))  # and it looks again once the inner one ends
         again = list(looks)  # (a look may begin as the outer one ends, and see it end)
@@ -1025,7 +1049,8 @@ def test_a_quiet_cleaner_reads_the_resident_memory_and_lists_when_it_grows(
     session = make_session(IN_BACKGROUND, track_creation=False)
     reads, looks = count_reads_and_looks(session, monkeypatch)
     with session:
-        time.sleep(0.4)  # still: about 200 wakes, one look in QUIET_SKIPS + 1 (8) of them
+        # Still: wakes every 1-2 ms, one look in QUIET_SKIPS + 1 (8) of them.
+        assert wait_until(lambda: len(reads) > 60)
         quiet_looks, quiet_reads = len(looks), len(reads)
         grown = grown_resident_memory()
         assert wait_for(lambda: len(looks) > quiet_looks and looks[-1] <= quiet_reads + 2)
