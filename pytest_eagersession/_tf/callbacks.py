@@ -27,9 +27,7 @@ def op_callback(callback: Callable[..., None]) -> Iterator[None]:
 
     ctx = context.context()
     ctx.add_op_callback(callback)
-    with _OP_CALLBACKS_LOCK:
-        _op_callbacks_installed += 1
-        execute.execute = execute.execute_with_callbacks
+    _count_callback()
     try:
         yield
     finally:
@@ -52,8 +50,7 @@ def watch_thread(note: Callable[[object], None]) -> None:
     ``execute.execute`` keeps calling callbacks for the rest of the process: a check of an
     empty list per op in the other threads' ops that leave the fast path.
     """
-    global _op_callbacks_installed
-    from tensorflow.python.eager import context, execute
+    from tensorflow.python.eager import context
 
     def on_op(
         op_type: str,
@@ -70,6 +67,14 @@ def watch_thread(note: Callable[[object], None]) -> None:
     _wrap_constants()
     _THREAD_NOTES.note = note
     context.context().add_op_callback(on_op)
+    _count_callback()
+
+
+def _count_callback() -> None:
+    """Count one more op callback of ours, and have ``execute.execute`` run callbacks."""
+    global _op_callbacks_installed
+    from tensorflow.python.eager import execute
+
     with _OP_CALLBACKS_LOCK:
         _op_callbacks_installed += 1
         execute.execute = execute.execute_with_callbacks
