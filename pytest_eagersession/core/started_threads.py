@@ -35,31 +35,38 @@ class StartedThreads:
 
     def __init__(self) -> None:
         self._made: dict[str, _Made] = {}
-        self._names: dict[str, list[str]] = {}
         self._lock = threading.Lock()
         self._hooked: set[int | None] = set()  # idents of the threads whose hook ran
         self._hooked_changed = threading.Condition()
 
     @contextlib.contextmanager
-    def window(self, key: str) -> Iterator[None]:
+    def window(self, key: str) -> Iterator[list[threading.Thread]]:
         """Threads started while the block runs (from any thread) are ``key``'s.
 
-        Before TensorFlow is imported nothing is watched, and nothing is set.
+        The list it gives holds, once the block ended, the threads started in it that are
+        still alive, a session's cleaner aside. Before TensorFlow is imported nothing is
+        watched, and no profiler is set.
         """
+        started: list[threading.Thread] = []
+        before = set(threading.enumerate())
         if not tensorflow_ready():
-            yield
+            try:
+                yield started
+            finally:
+                started += _new_threads(before)
             return
         previous: Any = threading.getprofile()
         # Inside another window (a fixture that sets up another with getfixturevalue), the
         # threads started are the inner one's alone: the outer hook is not chained.
         outer: _Profiler | None = getattr(previous, _BEFORE_OURS, previous)
-        before = set(threading.enumerate())
         threading.setprofile(self._hook(key, outer))
         try:
-            yield
+            yield started
         finally:
-            self._await_hooks([thread for thread in threading.enumerate() if thread not in before])
+            new = [thread for thread in threading.enumerate() if thread not in before]
+            self._await_hooks(new)
             threading.setprofile(previous)
+            started += [thread for thread in new if not is_cleaner_thread(thread)]
 
     def _await_hooks(self, started: list[threading.Thread]) -> None:
         """Wait until each thread of ``started`` ran the hook (or ended), for up to
@@ -82,9 +89,9 @@ class StartedThreads:
                 return key
         return None
 
-    def thread_names(self, key: str) -> list[str]:
-        """The names of the threads ``key``'s window started, in the order they started."""
-        return list(self._names.get(key, ()))
+    def watches(self, key: str) -> bool:
+        """Whether a thread that ``key``'s window started is watched: what it makes is known."""
+        return key in self._made
 
     def forget(self, key: str) -> None:
         """Stop attributing to ``key`` (its scope ended); its threads are watched on, unused.
@@ -93,7 +100,6 @@ class StartedThreads:
         """
         with self._lock:
             made = self._made.pop(key, None)
-            self._names.pop(key, None)
             last = made is not None and not self._made
         if last:
             from pytest_eagersession._tf.callbacks import unwrap_constants
@@ -121,8 +127,16 @@ class StartedThreads:
 
         with self._lock:
             made = self._made.setdefault(key, _Made())
-            self._names.setdefault(key, []).append(thread.name)
         watch_thread(made.add)
+
+
+def _new_threads(before: set[threading.Thread]) -> list[threading.Thread]:
+    """The live threads not in ``before``, a session's cleaner aside."""
+    return [
+        thread
+        for thread in threading.enumerate()
+        if thread not in before and not is_cleaner_thread(thread)
+    ]
 
 
 class _Made:

@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from pytest_eagersession.core.cleaner import is_cleaner_thread
 from pytest_eagersession.core.session import EagerSession, SessionOptions
 from pytest_eagersession.core.started_threads import StartedThreads
 from pytest_eagersession.plugin.settings import (
@@ -116,24 +115,17 @@ class ScopeSessions:
         if scope not in WIDER_SCOPES:
             return (yield)
         session = self.session_for(request.node, scope)
-        threads_before = set(threading.enumerate())
         key = _scope_key(request.node, scope)
         session.activate()
         try:
-            with self._threads.window(key):
+            with self._threads.window(key) as started:
                 value = yield
         finally:
             session.deactivate()
         # What the value reaches belongs to the scope, and so does what a thread that the
-        # fixture started (a monitor, a prefetcher) keeps in its frames; not a cleaner's thread
-        # (the scope's own session starts one as it is first activated, here).
+        # fixture started (a monitor, a prefetcher) keeps in its frames.
         # That thread may have ended by the time the scope's survivors are handed over: the
         # globals its code names (the buffer it fills) are kept, as names, from now.
-        started = [
-            thread
-            for thread in threading.enumerate()
-            if thread not in threads_before and not is_cleaner_thread(thread)
-        ]
         values = self._values.setdefault(key, [])
         values.append(value)
         values.extend(started)
@@ -200,7 +192,7 @@ class ScopeSessions:
         over intact, and the report decides which leaks are certain enough to destroy.
         """
         handed: list[Any] = []
-        remaining = self._made_elsewhere(survivors)
+        remaining = list(survivors)
         if reach is not None and reach.looked:
             # What the survivor check was told is reached, from that look; the rest (made or
             # moved since, as a whole collection ran) from a look now.
@@ -211,22 +203,9 @@ class ScopeSessions:
         deadline = time.monotonic() + IN_FLIGHT_S
         while remaining and self._threads_running() and time.monotonic() < deadline:
             time.sleep(IN_FLIGHT_PAUSE_S)  # the wider scopes' threads store or drop it
-            remaining, more = self._unreached(self._made_elsewhere(remaining))
+            remaining, more = self._unreached(remaining)
             handed += more
         return sorted(_alive(handed) + remaining, key=lambda survivor: survivor.seq)
-
-    def _made_elsewhere(self, survivors: Sequence[Any]) -> list[Any]:
-        """``survivors`` less those an open wider scope's watched threads made, handed to it."""
-        kept = []
-        for survivor in survivors:
-            obj = survivor.ref() if survivor.ref is not None else None
-            session = self._maker_of(obj, survivor.kind) if obj is not None else None
-            if session is not None:
-                session.ownership.add(obj, owned_kind(survivor))
-            else:
-                kept.append(survivor)
-            del obj
-        return kept
 
     def _maker_of(self, obj: object, kind: str) -> EagerSession | None:
         """The open session of the wider scope whose watched threads made ``obj``."""
@@ -270,7 +249,7 @@ class ScopeSessions:
                         *(value for value in values if isinstance(value, threading.Thread)),
                         *named_globals(self._named.get(key, [])),
                     ],
-                    watched=bool(self._threads.thread_names(key)),
+                    watched=self._threads.watches(key),
                 )
             )
         return scopes
@@ -308,13 +287,19 @@ class ScopeSessions:
 
 
 def _adopt(survivors: Sequence[Any], reach: Reach) -> tuple[list[Any], list[Any]]:
-    """Give each survivor a wider scope reaches to that scope's session; return the rest, and
-    those handed to a watched scope's threads (reached by them, made by none of them)."""
+    """Give each survivor that a wider scope's watched threads made, or that its values or
+    threads reach, to that scope's session; return the rest, and those handed to a watched
+    scope's threads (reached by them, made by none of them). Dead survivors are dropped."""
     remaining: list[Any] = []
     handed: list[Any] = []
     for survivor in survivors:
         obj = survivor.ref() if survivor.ref is not None else None
         if obj is None:
+            continue
+        maker = reach.maker_of(obj, survivor.kind)
+        if maker is not None:
+            maker.ownership.add(obj, owned_kind(survivor))
+            del obj
             continue
         key = id(obj)
         for scope, (values, threads) in zip(reach.scopes, reach.sets(), strict=True):
