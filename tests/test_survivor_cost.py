@@ -1,4 +1,6 @@
-"""The survivor check collects the whole heap only for a survivor it would report."""
+"""The survivor check collects the whole heap only for a survivor it would report and no chain
+from a live root explains: a leak whose holder the walk (or a route) finds costs that walk alone.
+"""
 
 from __future__ import annotations
 
@@ -55,7 +57,8 @@ def test_a_survivor_a_wider_fixture_takes_over_costs_no_whole_collection(
     assert whole_collections == []  # the module's fixture value reaches both tensors
     result = run_inner(pytester, "-p", "no:randomly", "-k", "itself")
     result.assert_outcomes(passed=1, errors=1)
-    assert whole_collections == [1]  # a survivor it reports: the heap is collected whole first
+    result.stdout.fnmatch_lines(["*held by test_shared.KEPT (list)*"])
+    assert whole_collections == []  # the walk's chain from the module proves it alive
 
 
 REPEATED_LEAK_SUITE = """
@@ -79,7 +82,7 @@ def test_a_leak_held_where_an_earlier_one_was_costs_no_whole_collection(
     result = run_inner(pytester, "-p", "no:randomly")
     result.assert_outcomes(passed=3, errors=3)
     result.stdout.fnmatch_lines(["*held by test_repeated.KEPT (list)*"] * 3)
-    assert whole_collections == [1]
+    assert whole_collections == []  # the first by the walk's chain, the next by its route
 
 
 FROZEN_CYCLE_SUITE = """
@@ -153,7 +156,65 @@ def test_a_frozen_cycle_that_module_state_keeps_is_still_a_leak(
     result = run_inner(pytester, "-p", "no:randomly", "-k", "module_state_keeps")
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*held by test_frozen.KEPT (list)*"])
+    assert whole_collections == []
+
+
+NATIVE_HOLDER_SUITE = """
+    import tensorflow as tf
+
+    TAPES = []
+
+    def test_a_persistent_tape_keeps_what_it_watched():
+        tape = tf.GradientTape(persistent=True)
+        with tape:
+            x = tf.constant(3.0)
+            tape.watch(x)
+            y = x * x
+        TAPES.append(tape)  # the tape's C++ state keeps x and y: no Python chain reaches them
+"""
+
+
+def test_a_leak_no_python_chain_explains_is_told_from_garbage_by_a_whole_collection(
+    pytester: pytest.Pytester, whole_collections: list[int]
+) -> None:
+    """With no chain to prove it alive, only a whole collection tells a survivor from garbage
+    that an older cycle keeps."""
+    pytester.makepyfile(test_native=NATIVE_HOLDER_SUITE)
+    result = run_inner(pytester, "-p", "no:randomly")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*no Python holder*"])
     assert whole_collections == [1]
+
+
+def test_a_leak_of_a_failed_test_is_not_walked_for(
+    pytester: pytest.Pytester, whole_collections: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed test gets no leak report (its traceback holds its locals): its close does not
+    look for holders."""
+    from pytest_eagersession.reports import explain
+
+    walks: list[int] = []
+    real_walk = explain.walk
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        walks.append(1)
+        return real_walk(*args, **kwargs)
+
+    monkeypatch.setattr(explain, "walk", counted)
+    pytester.makepyfile(
+        test_failing="""
+        import tensorflow as tf
+
+        KEPT = []
+
+        def test_keeps_one_and_fails():
+            KEPT.append(tf.ones([4]))
+            assert False
+        """
+    )
+    result = run_inner(pytester, "-p", "no:randomly")
+    result.assert_outcomes(failed=1)
+    assert walks == []
 
 
 UNITTEST_CASE_SUITE = """

@@ -27,6 +27,7 @@ from pytest_eagersession.plugin.verdicts import (
     STATE_KEY,
     ItemState,
     TestCloseHints,
+    holder_search,
     judge,
 )
 
@@ -206,7 +207,12 @@ class TestSessions:
         started = time.perf_counter()
         reach = self._scopes.kept_elsewhere()
         routes = item.config.stash.get(ROUTES_KEY, None)
-        survivors = session.close(hints=TestCloseHints(reach, routes))
+        failed = state.call_failed or teardown_failed  # its traceback holds its locals
+        reporting = policy.leaks is not LeakMode.OFF and self._settings.max_leaks != 0
+        reporting = reporting and not failed
+        search = holder_search(item, self._settings) if reporting else None
+        hints = TestCloseHints(reach, routes, search)
+        survivors = session.close(hints=hints)
         state.timed("close", started)
         if session is self._open:
             self._open = None  # closed: nothing left for the end of the run
@@ -220,7 +226,8 @@ class TestSessions:
             self._scopes.unclaimed(survivors, reach),
             policy,
             self._settings,
-            test_failed=state.call_failed or teardown_failed,
+            test_failed=failed,
+            hints=hints,
         )
 
     def close_interrupted(self) -> None:

@@ -7,8 +7,10 @@ test fails, warns or passes as its policy says. Nothing here keeps a leaked obje
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +21,7 @@ from pytest_eagersession.core.session import EagerSession
 from pytest_eagersession.core.survivors import Survivor
 from pytest_eagersession.heap.holders import Root
 from pytest_eagersession.plugin.settings import LeakMode, Settings, TestPolicy
+from pytest_eagersession.reports.explain import Explanation, explain_all
 from pytest_eagersession.reports.report import Advice, LeakRecord, build_records, render
 from pytest_eagersession.reports.routes import KnownRoutes
 
@@ -92,23 +95,76 @@ STATE_KEY = pytest.StashKey[ItemState]()
 
 class TestCloseHints:
     """What the plugin knows of a test's survivors as its session closes
-    (``survivors.CloseHints``): what the wider scopes take over, and the holders that the run's
-    reports explained before (a leak held the way an earlier one was needs no whole
-    collection to be told from garbage)."""
+    (``survivors.CloseHints``): what the wider scopes take over, and who holds them.
+
+    A leak held the way an earlier one was is found along the run's routes; one held
+    elsewhere is looked for by the walk from the roots that its report needs anyway. Either
+    chain proves the object alive, so the close needs no whole collection of the heap to tell
+    it from garbage (hundreds of milliseconds with TensorFlow loaded): what the walk found is
+    kept, as text, for the report (``explainer``).
+    """
 
     def __init__(
-        self, kept_elsewhere: Callable[[Survivor], bool] | None, routes: KnownRoutes | None
+        self,
+        kept_elsewhere: Callable[[Survivor], bool] | None,
+        routes: KnownRoutes | None,
+        explain: Callable[[Sequence[object]], Sequence[Explanation]] | None = None,
     ) -> None:
         self._kept_elsewhere = kept_elsewhere
         self._routes = routes
+        self._explain = explain
+        self._explained: dict[int, tuple[weakref.ref[Any], Explanation]] = {}
 
     def kept_elsewhere(self, survivor: Survivor) -> bool:
         """Whether a wider scope takes ``survivor`` over."""
         return self._kept_elsewhere is not None and self._kept_elsewhere(survivor)
 
     def known_holders(self, objects: Sequence[object]) -> set[int]:
-        """The ids of ``objects`` that a holder explained before in the run still keeps."""
-        return self._routes.held(objects) if self._routes is not None else set()
+        """The ids of ``objects`` that a known route, or else the walk, finds a holder of."""
+        held = self._routes.held(objects) if self._routes is not None else set()
+        unknown = [obj for obj in objects if id(obj) not in held]
+        try:
+            if unknown and self._explain is not None:
+                for obj, explanation in zip(unknown, self._explain(unknown), strict=True):
+                    if explanation.chain is not None:
+                        held.add(id(obj))
+                        self._explained[id(obj)] = (weakref.ref(obj), explanation)
+        finally:
+            unknown.clear()
+        return held
+
+    def explainer(
+        self, explain: Callable[[Sequence[object]], Sequence[Explanation]]
+    ) -> Callable[[Sequence[object]], list[Explanation]]:
+        """``explain`` less the objects whose holders the close found already."""
+
+        def explain_rest(objects: Sequence[object]) -> list[Explanation]:
+            known: dict[int, Explanation] = {}
+            for obj in objects:
+                ref, explanation = self._explained.get(id(obj), (None, None))
+                if ref is not None and explanation is not None and ref() is obj:
+                    known[id(obj)] = explanation
+            rest = [obj for obj in objects if id(obj) not in known]
+            try:
+                found = iter(explain(rest) if rest else ())
+                return [known.get(id(obj)) or next(found) for obj in objects]
+            finally:
+                rest.clear()
+
+        return explain_rest
+
+
+def holder_search(
+    item: pytest.Item, settings: Settings
+) -> Callable[[Sequence[object]], list[Explanation]]:
+    """One walk for the holders of a test's leaks, as its report makes it."""
+    return functools.partial(
+        explain_all,
+        budget_s=settings.chain_budget_s,
+        framework=_framework_roots(item.config),
+        more_time=PYTEST_ADVICE.more_time,
+        routes=item.config.stash.get(ROUTES_KEY, None),
+    )
 
 
 def state_of(item: pytest.Item) -> ItemState:
@@ -125,6 +181,7 @@ def judge(
     settings: Settings,
     *,
     test_failed: bool = False,
+    hints: TestCloseHints | None = None,
 ) -> None:
     """Fail (or warn) ``item`` for ``leaks``, the survivors of ``session``, closed at its end.
 
@@ -137,19 +194,18 @@ def judge(
     graph_errors: list[str] = []
     state = state_of(item)
     started = time.perf_counter()
+    search = holder_search(item, settings)
     records = build_records(
         leaks,
         scope,
         explain_limit=settings.max_leaks,
         chain_depth=settings.chain_depth,
-        chain_budget_s=settings.chain_budget_s,
-        framework=_framework_roots(item.config),
         graphs_dir=settings.graphs_dir,
         graph_prefix=_safe_name(item.nodeid) + f"-{scope}",
         graph_errors=graph_errors,
+        explainer=search if hints is None else hints.explainer(search),
         destroy=policy.leaks is LeakMode.FAIL,
         advice=PYTEST_ADVICE,
-        routes=item.config.stash.get(ROUTES_KEY, None),
     )
     del leaks
     state.timed("explain", started)
