@@ -80,8 +80,9 @@ class ItemState:
 
 
 #: Where the plugin's time on a test goes: opening and activating its session; closing it,
-#: with the survivor check; finding who holds its leaks (and cutting them off); writing the
-#: report; closing the wider scopes that end with it.
+#: with the survivor check (and the search for its leaks' holders, which proves them alive);
+#: what is left of finding who holds its leaks (and cutting them off); writing the report;
+#: closing the wider scopes that end with it.
 PHASES = ("open", "close", "explain", "report", "scopes")
 
 
@@ -120,17 +121,19 @@ class TestCloseHints:
         return self._kept_elsewhere is not None and self._kept_elsewhere(survivor)
 
     def known_holders(self, objects: Sequence[object]) -> set[int]:
-        """The ids of ``objects`` that a known route, or else the walk, finds a holder of."""
-        held = self._routes.held(objects) if self._routes is not None else set()
-        unknown = [obj for obj in objects if id(obj) not in held]
-        try:
-            if unknown and self._explain is not None:
-                for obj, explanation in zip(unknown, self._explain(unknown), strict=True):
-                    if explanation.chain is not None:
-                        held.add(id(obj))
-                        self._explained[id(obj)] = (weakref.ref(obj), explanation)
-        finally:
-            unknown.clear()
+        """The ids of ``objects`` that a known route, or else the walk, finds a holder of.
+
+        The search is the report's own, run once: its chains are kept for the report, which
+        then neither follows the routes again (that would reorder them, most recently useful
+        first, behind the route the walk just learned) nor walks.
+        """
+        if self._explain is None:
+            return self._routes.held(objects) if self._routes is not None else set()
+        held: set[int] = set()
+        for obj, explanation in zip(objects, self._explain(objects), strict=True):
+            if explanation.chain is not None:
+                held.add(id(obj))
+                self._explained[id(obj)] = (weakref.ref(obj), explanation)
         return held
 
     def explainer(
