@@ -179,6 +179,38 @@ def test_an_entry_several_keys_deep_is_found_along_the_routes_types(
     assert bounded.chain.startswith("fake_library.GRAPHS (dict) -> ['c']")
 
 
+class Variable:
+    """Another kind of object than ``Thing``, cached the same way by another global."""
+
+
+def test_the_search_along_types_takes_only_routes_that_held_the_kind_wanted(
+    library: types.ModuleType, walks: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A route to Things through a large cache does not spend the search's budget when a
+    Variable is wanted: the route that held a Variable before is tried, and finds it."""
+    library.GRAPHS = {f"filler{n}": [[n]] for n in range(200)}  # type: ignore[attr-defined]
+    library.VARIABLES = {}  # type: ignore[attr-defined]
+    routes = KnownRoutes()
+    first = Variable()
+    library.VARIABLES["a"] = (Graph(first),)
+    explain.explain_all([first], routes=routes)  # learned first: tried last
+    explain.explain_all([_traced(library, "a")], routes=routes)
+    assert walks == [1, 1]
+    monkeypatch.setattr(routes_module, "NEARBY_OBJECTS", 0)
+    monkeypatch.setattr(routes_module, "TYPED_OBJECTS", 150)  # less than the Things' cache
+
+    del library.VARIABLES["a"]  # its entry is gone: a new one under a new key, elsewhere
+    library.VARIABLES["late"] = [[0]]
+    second = Variable()
+    library.VARIABLES["b"] = (Graph(second),)
+    [typed] = explain.explain_all([second], routes=routes)
+    assert walks == [1, 1, 0]  # found along the Variables' route, no walk
+    assert typed.chain == (
+        f"fake_library.VARIABLES (dict) -> ['b'] (tuple) -> [0] (Graph).captures (dict) -> "
+        f"[{id(second)}] -> Variable"
+    )
+
+
 def test_the_search_near_a_holder_is_bounded_and_leaves_the_rest_to_the_walk(
     library: types.ModuleType, walks: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -218,7 +250,8 @@ def test_routes_keep_no_object_and_start_only_at_modules(
                 reached[id(child)] = child
                 pending.append(child)
     kinds = {type(obj).__name__ for obj in reached.values()}
-    assert kinds <= {"KnownRoutes", "OrderedDict", "dict", "tuple", "str", "int", "Route", "bool"}
+    allowed = {"KnownRoutes", "OrderedDict", "dict", "tuple", "str", "int", "Route", "bool"}
+    assert kinds <= allowed | {"frozenset"}
 
     def held_by_a_frame() -> None:
         local = Thing()

@@ -18,6 +18,7 @@ is left to the walk. Only names, numbers and type names are kept: no object.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 import types
@@ -55,6 +56,9 @@ class Route:
     steps: tuple[Step, ...]
     types: tuple[str, ...]
     """The type name of what each step reached."""
+    held: frozenset[str] = frozenset()
+    """The type names of the objects found in the container it reaches: the search along its
+    types (``TYPED_OBJECTS``) is spent only on routes that held an object of a wanted type."""
 
 
 class KnownRoutes:
@@ -81,10 +85,12 @@ class KnownRoutes:
             steps.append(step)
         key = (root.name, tuple(steps))
         if key in self._routes:
+            self._note_held(key, chain[-1])
             self._routes.move_to_end(key, last=False)
             return
         types_reached = tuple(type(child).__name__ for child in chain[1:-1])
-        self._routes[key] = Route(root.name, root.internal, key[1], types_reached)
+        held = frozenset([type(chain[-1]).__name__])
+        self._routes[key] = Route(root.name, root.internal, key[1], types_reached, held)
         self._routes.move_to_end(key, last=False)
         while len(self._routes) > self._most:
             self._routes.popitem()
@@ -132,6 +138,7 @@ class KnownRoutes:
                 obj = wanted.pop(id(child), None)
                 if obj is not None and obj is child:
                     found[id(obj)] = (root, [*path, obj])
+                    self._note_held(key, obj)
                     useful.append(key)
             path.clear()
         for key in useful:
@@ -151,16 +158,31 @@ class KnownRoutes:
         self.hits += len(found)
         return found
 
+    def _note_held(self, key: tuple[str, tuple[Step, ...]], obj: object) -> None:
+        """Add ``obj``'s type to the types the route at ``key`` held."""
+        route = self._routes[key]
+        name = type(obj).__name__
+        if name not in route.held:
+            self._routes[key] = dataclasses.replace(route, held=route.held | {name})
+
     def _along_types(self, wanted: dict[int, object]) -> dict[int, tuple[Root, list[Any]]]:
         """Chains to ``wanted`` objects that take each route's links by type, whatever their
         places: a cache that keeps each call's entry under a key of its own, several links deep
-        (a library's cache of traced graphs), holds the next test's objects the same way."""
+        (a library's cache of traced graphs), holds the next test's objects the same way.
+
+        Only routes that held an object of a type wanted are taken: the budget is shared, and
+        routes to other kinds of objects (a graph's captured tensors, when a variable is
+        wanted) spent it before the route that leads to the one wanted was tried.
+        """
         found: dict[int, tuple[Root, list[Any]]] = {}
         budget = TYPED_OBJECTS
         namespaces = _namespaces()
+        wanted_types = {type(obj).__name__ for obj in wanted.values()}
         for route in list(self._routes.values()):
             if not wanted or budget <= 0:
                 break
+            if route.held.isdisjoint(wanted_types):
+                continue
             paths, budget = _by_types(route, wanted, budget, namespaces)
             if paths:
                 module = sys.modules[route.root]
