@@ -28,7 +28,7 @@ from pytest_eagersession.plugin.settings import (
     TestPolicy,
     policy_for,
 )
-from pytest_eagersession.plugin.verdicts import judge
+from pytest_eagersession.plugin.verdicts import ROUTES_KEY, TestCloseHints, holder_search, judge
 from pytest_eagersession.reports.fixture_values import owned_kind
 
 #: The fixture scopes wider than a test, each with a session of its own.
@@ -280,10 +280,15 @@ class ScopeSessions:
         session, policy = entry
         if session.closed:
             return
-        survivors = session.close()
+        hints = None
+        if item is not None and policy.leaks is not LeakMode.OFF and self._settings.max_leaks != 0:
+            routes = item.config.stash.get(ROUTES_KEY, None)
+            hints = TestCloseHints(None, routes, holder_search(item, self._settings))
+        survivors = session.close(hints=hints)
         if policy.leaks is LeakMode.OFF or item is None:
             return
-        judge(item, scope, session, self.unclaimed(survivors), policy, self._settings)
+        leaks = self.unclaimed(survivors)
+        judge(item, scope, session, leaks, policy, self._settings, hints=hints)
 
 
 def _adopt(survivors: Sequence[Any], reach: Reach) -> tuple[list[Any], list[Any]]:
