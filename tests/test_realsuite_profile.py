@@ -340,3 +340,28 @@ def test_the_small_suite_has_the_tests_it_says(tmp_path: Path) -> None:
     )
     assert listed.returncode == 0, listed.stdout + listed.stderr
     assert "60 tests collected" in listed.stdout
+
+
+def test_the_collector_time_plugin_counts_every_collection_whoever_starts_it(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_collects="""
+        import gc
+
+        def test_collects_three_times():
+            for _ in range(3):
+                gc.collect()
+        """
+    )
+    benchmarks = Path(__file__).resolve().parent.parent / "benchmarks"
+    pytester.syspathinsert(benchmarks)
+    baseline = pytester.runpytest("-p", "collector_time", "-p", "no:eagersession", "-k", "nothing")
+    counted = pytester.runpytest("-p", "collector_time", "-p", "no:eagersession")
+    counted.assert_outcomes(passed=1)
+
+    def collections(result: pytest.RunResult) -> int:
+        line = next(line for line in result.outlines if line.startswith("collector_time:"))
+        return int(line.split(" in ")[1].split()[0])
+
+    assert collections(counted) >= collections(baseline) + 3

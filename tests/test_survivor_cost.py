@@ -4,6 +4,8 @@ from a live root explains: a leak whose holder the walk (or a route) finds costs
 
 from __future__ import annotations
 
+import gc
+import json
 from typing import Any
 
 import pytest
@@ -277,3 +279,77 @@ def test_what_a_unittest_case_s_setup_made_costs_no_whole_collection(
     result = run_inner(pytester, "-p", "no:randomly", "-k", "keeps_the_kernel")
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*held by test_case.KEPT (list)*"])
+
+
+class Cyclic:
+    """Holds a value in a reference cycle: only the collector frees it."""
+
+    def __init__(self, value: object) -> None:
+        self.value, self.me = value, self
+
+
+def test_a_close_tells_its_collection_of_the_session_s_cycles_apart() -> None:
+    """The garbage a session left in cycles is collected by its close, and timed apart; a
+    session whose tracked objects all died needs no collection."""
+    import tensorflow as tf
+
+    from pytest_eagersession import EagerSession, ResourceCleanupStrategy
+
+    strategy = ResourceCleanupStrategy.ON_SESSION_CLOSE  # no collection before the close
+    gc.disable()  # nor the interpreter's
+    try:
+        with EagerSession.options().resource_cleanup_strategy(strategy).build() as session:
+            for step in range(200):
+                Cyclic([tf.fill([4], float(step)) for _ in range(20)])
+    finally:
+        gc.enable()
+    assert session.stats().tracked == 200 * 20
+    assert session.stats().close_collection_seconds > 0
+    with EagerSession.options().resource_cleanup_strategy(strategy).build() as session:
+        float(tf.reduce_sum(tf.ones([4])))
+    assert session.stats().close_collection_seconds == 0
+
+
+CYCLES_SUITE = """
+    import gc
+    import tensorflow as tf
+
+    def setup_module():
+        gc.disable()  # only the close collects what the tests leave in cycles
+
+    def teardown_module():
+        gc.enable()
+
+    class Cyclic:
+        def __init__(self, value):
+            self.value, self.me = value, self
+
+    def test_leaves_cycles():
+        for step in range(200):
+            Cyclic([tf.fill([4], float(step)) for _ in range(20)])
+
+    def test_leaves_nothing_alive():
+        assert float(tf.reduce_sum(tf.ones([4]))) == 4.0
+"""
+
+
+def test_the_json_report_times_the_collection_of_a_test_s_cycles_apart_from_its_close(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_cycles=CYCLES_SUITE)
+    result = run_inner(
+        pytester,
+        "-p",
+        "no:randomly",
+        "--eagersession-strategy=on_session_close",
+        "--eagersession-json=report.json",
+    )
+    result.assert_outcomes(passed=2)
+    report = json.loads((pytester.path / "report.json").read_text(encoding="utf-8"))
+    tests = {test["nodeid"].split("::")[-1]: test for test in report["tests"]}
+    cycles, clean = tests["test_leaves_cycles"], tests["test_leaves_nothing_alive"]
+    assert cycles["timings"]["collect"] > 0
+    assert cycles["timings"]["collect"] == pytest.approx(
+        cycles["stats"]["close_collection_seconds"], abs=1e-6
+    )
+    assert clean["timings"]["collect"] == 0

@@ -179,6 +179,7 @@ class EagerSession:
         self._ownership = Ownership()
         self._watch = GarbageWatch(self)
         self._survivors: tuple[Survivor, ...] | None = None
+        self._close_collection_seconds = 0.0
         self._check = survivors.SurvivorCheck(self._ownership, settings.allow)
         if settings.config is not None:
             tf_context.apply_config(settings.config)
@@ -295,6 +296,7 @@ class EagerSession:
             cleanup_errors=counts.cleanup_errors,
             tracked=self._ownership.seq,
             cycle_collections=self._watch.collections,
+            close_collection_seconds=self._close_collection_seconds,
         )
 
     def __repr__(self) -> str:
@@ -415,7 +417,10 @@ class EagerSession:
             references.count_run()
             if tensorflow_ready():
                 tf_context.clear_caches(kernels=self._settings.clear_kernel_cache)
+                collecting_before = TRACKER.young_collection_seconds()
                 self._survivors = tuple(self._find_survivors(since=0, release=True, hints=hints))
+                spent = TRACKER.young_collection_seconds() - collecting_before
+                self._close_collection_seconds = spent
                 if self._settings.destroy_survivors:
                     survivors.destroy_resources(
                         survivor for survivor in self._survivors if not survivor.allowed

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
@@ -176,6 +177,7 @@ class Tracker:
         self._ending: tuple[Ownership, ...] = ()  # ended on the boundary, not settled yet
         self._holds = 0
         self._lock = BOUNDARY.lock
+        self._spent = threading.local()  # each thread's seconds in ``collect_new``
         BOUNDARY.new_classes = self._new_classes
         BOUNDARY.adopt = self._adopt
 
@@ -306,7 +308,19 @@ class Tracker:
         with self._lock:
             if session is not None and self.owner() is not session:
                 return None
-            return BOUNDARY.collect_new()
+            started = time.perf_counter()
+            try:
+                return BOUNDARY.collect_new()
+            finally:
+                seconds = time.perf_counter() - started
+                self._spent.seconds = self.young_collection_seconds() + seconds
+
+    def young_collection_seconds(self) -> float:
+        """The seconds the calling thread has spent in ``collect_new`` so far: collecting what
+        was made since the line (the sessions' own garbage, which the interpreter would
+        otherwise collect in its own time)."""
+        seconds: float = getattr(self._spent, "seconds", 0.0)
+        return seconds
 
     def frozen_new(self) -> list[weakref.ref[Any]]:
         """Weak references to what other code's heap-wide calls froze while it was new."""

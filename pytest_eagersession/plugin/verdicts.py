@@ -81,9 +81,10 @@ class ItemState:
 
 #: Where the plugin's time on a test goes: opening and activating its session; closing it,
 #: with the survivor check (and the search for its leaks' holders, which proves them alive);
-#: what is left of finding who holds its leaks (and cutting them off); writing the report;
-#: closing the wider scopes that end with it.
-PHASES = ("open", "close", "explain", "report", "scopes")
+#: collecting, during the close, the garbage the test left in cycles (the interpreter's work,
+#: which it would do later without the plugin); what is left of finding who holds its leaks
+#: (and cutting them off); writing the report; closing the wider scopes that end with it.
+PHASES = ("open", "close", "collect", "explain", "report", "scopes")
 
 
 #: The run's ``KnownRoutes``: the holders its reports explained, looked in first by the next.
@@ -270,11 +271,15 @@ def _retention_text(released: list[str]) -> str:
     )
 
 
-def _stats_json(session: EagerSession | None) -> dict[str, int] | None:
+def _stats_json(session: EagerSession | None) -> dict[str, float] | None:
     if session is None:
         return None
     stats = session.stats()
-    return {name: getattr(stats, name) for name in stats.__dataclass_fields__}
+    figures = {name: getattr(stats, name) for name in stats.__dataclass_fields__}
+    return {
+        name: round(value, 6) if isinstance(value, float) else value
+        for name, value in figures.items()
+    }
 
 
 def _safe_name(text: str) -> str:
