@@ -173,6 +173,7 @@ def test_an_entry_several_keys_deep_is_found_along_the_routes_types(
     )
 
     monkeypatch.setattr(routes_module, "TYPED_OBJECTS", 50)  # bounded too: the walk finds it
+    monkeypatch.setattr(routes_module, "YOUNG_OBJECTS", 0)  # (what the test made, all of it)
     [bounded] = explain.explain_all([_traced(library, "c")], routes=routes)
     assert walks == [1, 0, 1, 1]
     assert bounded.chain is not None
@@ -220,6 +221,7 @@ def test_the_search_near_a_holder_is_bounded_and_leaves_the_rest_to_the_walk(
     library.REGISTRY.update({f"filler{n}": [n] for n in range(50)})
     monkeypatch.setattr(routes_module, "NEARBY_OBJECTS", 20)  # spent on the fillers
     monkeypatch.setattr(routes_module, "TYPED_OBJECTS", 0)  # only the search near the holder
+    monkeypatch.setattr(routes_module, "YOUNG_OBJECTS", 0)
     kept = _registered(library, "b")
     [found] = explain.explain_all([kept], routes=routes)
     assert walks == [1, 1]
@@ -298,3 +300,60 @@ def test_in_a_run_the_first_report_walks_and_the_next_follow_its_route(
     for index in range(4):
         result.stdout.fnmatch_lines([f"*held by shared_cache.SEEN (list) -> [[]{index}[]] -> *"])
     result.stdout.fnmatch_lines(["route hits: 3"])
+
+
+GRAPH_CACHE_LIBRARY = """
+    CACHE = {}
+
+    class Graph:
+        def __init__(self, captured):
+            self.captures = {id(captured): captured}
+
+    class Operation:
+        def __init__(self, variable):
+            def assign():
+                return variable
+
+            self.outputs = [assign]
+"""
+
+GRAPH_CACHE_SUITE = """
+    import tensorflow as tf
+
+    import graph_cache
+
+    def test_caches_a_graph():
+        graph_cache.CACHE["a"] = (graph_cache.Graph(tf.ones([2])),)
+
+    def test_caches_a_graph_whose_operation_closes_over_a_variable():
+        graph = graph_cache.Graph(tf.ones([2]))
+        graph.operations = [graph_cache.Operation(tf.Variable([1.0]))]
+        graph_cache.CACHE["b"] = (graph,)
+"""
+
+
+@pytest.mark.parametrize("young_objects", [routes_module.YOUNG_OBJECTS, 0])
+def test_a_new_entry_beneath_a_known_holder_is_found_through_what_the_test_made(
+    pytester: pytest.Pytester,
+    walks: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+    young_objects: int,
+) -> None:
+    """GPflow's cache of traced graphs: the route learned from the first leak leads to a
+    graph's captures; the next test's variable hangs in a new entry, through the graph's
+    operations and a closure, where neither the route's places nor its types lead. What the
+    test made leads there from the cache: no walk of the heap (without that search, one)."""
+    monkeypatch.setattr(routes_module, "YOUNG_OBJECTS", young_objects)
+    monkeypatch.setattr(routes_module, "NEARBY_OBJECTS", 0)  # the search near the globals, off
+    pytester.makepyfile(graph_cache=GRAPH_CACHE_LIBRARY, test_graphs=GRAPH_CACHE_SUITE)
+    result = run_inner(pytester, "-p", "no:randomly")
+    result.assert_outcomes(passed=2, errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*held by graph_cache.CACHE (dict) -> [[]'b'[]] (tuple) -> [[]0[]] (Graph).operations"
+            " (list) -> [[]0[]] (Operation).outputs (list) -> [[]0[]] (function) -> closure"
+            " variable -> ResourceVariable*"
+        ]
+    )
+    walked = [wanted for wanted in walks if wanted]  # a walk for nothing costs nothing
+    assert len(walked) == (1 if young_objects else 2)

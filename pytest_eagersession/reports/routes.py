@@ -14,6 +14,13 @@ objects several links deep), then near the globals the routes start at, breadth 
 links deep (``NEARBY_OBJECTS``), before the walk of the heap; each search meets a bounded
 number of objects. A route whose module or global is gone is dropped; what none of them finds
 is left to the walk. Only names, numbers and type names are kept: no object.
+
+Before those, a leak the test has just made is looked for beneath every object a route still
+leads to, through what the test made alone (``YOUNG_OBJECTS``): the heap's line keeps apart
+what was made since the test began (``heap.listing.Boundary``), and a new entry in a known
+cache hangs there, however many links of the test's own objects lead from it to the leak (a
+traced graph, its operations, a closure that captured a variable). That search meets only the
+test's objects that are still alive, and costs what they are, not what the heap is.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from dataclasses import dataclass
 from gc import get_referents
 from typing import Any
 
+from pytest_eagersession.heap import listing as heap
 from pytest_eagersession.heap.holders import Root
 
 #: Routes kept, the most recently useful first; the oldest goes when a new one comes.
@@ -40,6 +48,10 @@ NEARBY_EXTRA_LINKS = 2
 
 #: The most objects the search along the routes' types meets, over all routes of one report.
 TYPED_OBJECTS = 100_000
+
+#: The most objects the search beneath the routes, through what was made since the heap's
+#: line, meets (the objects a route leads to count, with all their references).
+YOUNG_OBJECTS = 100_000
 
 #: A link: a module's global by name, or the child's place among its parent's references.
 Step = tuple[str, str | int]
@@ -120,6 +132,8 @@ class KnownRoutes:
         useful: list[tuple[str, tuple[Step, ...]]] = []
         # each global a route starts at, once: the route that reached it and its longest route
         starts: dict[tuple[str, str | int], tuple[Route, int]] = {}
+        # as far as each route still leads: where the test's new objects may hang
+        followed: list[tuple[Route, list[Any]]] = []
         for key, route in list(self._routes.items()):
             if not wanted:
                 break
@@ -128,11 +142,11 @@ class KnownRoutes:
                 start = (route.root, route.steps[0][1])
                 first, longest = starts.get(start, (route, 0))
                 starts[start] = (first, max(longest, len(route.steps)))
+                followed.append((route, path))
             if not complete:
                 if len(path) < 2:  # the module or its global is gone: the route leads nowhere
                     del self._routes[key]
-                path.clear()  # else a link moved (a cache's entries come and go): by types
-                continue
+                continue  # else a link moved (a cache's entries come and go): by types
             root = Root(route.root, path[0], "module", route.internal)
             for child in _children(path[-1]):
                 obj = wanted.pop(id(child), None)
@@ -140,10 +154,19 @@ class KnownRoutes:
                     found[id(obj)] = (root, [*path, obj])
                     self._note_held(key, obj)
                     useful.append(key)
-            path.clear()
         for key in useful:
             if key in self._routes:
                 self._routes.move_to_end(key, last=False)
+        try:
+            if wanted and followed:
+                beneath = _beneath(followed, wanted)
+                for root, chain in beneath.values():
+                    self.learn(root, chain)
+                found.update(beneath)
+        finally:
+            for _, path in followed:
+                path.clear()
+            followed.clear()
         if wanted:
             typed = self._along_types(wanted)
             for root, chain in typed.values():
@@ -266,6 +289,52 @@ def _by_types(
                     del wanted[key]
                     paths[key] = [*path, child]
         return paths, budget
+    finally:
+        level.clear()
+
+
+def _beneath(
+    followed: Sequence[tuple[Route, list[Any]]], wanted: dict[int, object]
+) -> dict[int, tuple[Root, list[Any]]]:
+    """Chains to ``wanted`` objects (popped from it) that hang beneath an object on a route's
+    ``followed`` path through objects made since the heap's line alone, breadth first, meeting
+    at most ``YOUNG_OBJECTS`` objects. Nothing where no line is drawn: the generations then hold
+    the whole heap."""
+    if not heap.BOUNDARY.drawn:
+        return {}
+    young = heap.ids((0, 1, 2))
+    namespaces = _namespaces()
+    found: dict[int, tuple[Root, list[Any]]] = {}
+    level: list[tuple[Route, list[Any]]] = []
+    seen: set[int] = set()
+    for route, path in followed:
+        for depth in range(1, len(path)):  # the module aside: a global is the walk's to find
+            if id(path[depth]) not in seen:
+                seen.add(id(path[depth]))
+                level.append((route, path[: depth + 1]))
+    budget = YOUNG_OBJECTS
+    try:
+        while level and wanted and budget > 0:
+            below: list[tuple[Route, list[Any]]] = []
+            for route, path in level:
+                children = _links(path[-1])
+                budget -= len(children)
+                for child in children:
+                    key = id(child)
+                    if key not in young or key in seen or key in namespaces:
+                        continue
+                    seen.add(key)
+                    if key in wanted and wanted[key] is child:
+                        del wanted[key]
+                        root = Root(route.root, path[0], "module", route.internal)
+                        found[key] = (root, [*path, child])
+                    below.append((route, [*path, child]))
+                del children
+                if budget <= 0:
+                    break
+            level.clear()
+            level = below
+        return found
     finally:
         level.clear()
 
