@@ -278,6 +278,11 @@ def produce() -> Produced:
     for name in entry.get("stats") or {}:
         if name.endswith("_seconds"):
             entry["stats"][name] = "<seconds>"
+    # So does the process's memory: its figures are named, not shown.
+    retained = entry.get("retained") or {}
+    for name, value in retained.items():
+        if name.endswith("_bytes") and isinstance(value, int):
+            retained[name] = "<bytes>"
     snippets["json_report"] = normalize(json.dumps(entry, indent=2))
     snippets["junit_properties"] = normalize(ci_properties)
     snippets["leak_summary"] = normalize(summary.stdout + f"(exit status {summary.returncode})\n")

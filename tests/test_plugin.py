@@ -21,7 +21,8 @@ import tensorflow
 from support import CHAIN_BUDGET, LEAKY, MARKER_SIGNATURE, STRATEGY_CHOICES, run_inner
 
 from pytest_eagersession import SessionStats
-from pytest_eagersession.plugin.settings import OPTIONS, LeakMode, Settings, SettingsError, resolve
+from pytest_eagersession.plugin.setting_values import SettingsError
+from pytest_eagersession.plugin.settings import OPTIONS, LeakMode, Settings, resolve
 from pytest_eagersession.plugin.verdicts import PHASES, PYTEST_ADVICE
 from pytest_eagersession.reports.report import LeakRecord, render
 
@@ -854,6 +855,9 @@ def test_json_report(pytester: pytest.Pytester) -> None:
             "trace_count",
             "traces",
             "timings",
+            "retained",
+            "run_order",
+            "worker",
         }
         assert set(entry["stats"]) == _stats_fields()
         assert list(entry["timings"]) == list(PHASES)

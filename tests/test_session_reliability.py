@@ -43,15 +43,17 @@ from pytest_eagersession import (
 from pytest_eagersession.core import session as session_module
 from pytest_eagersession.core.survivors import check_allow_filter
 from pytest_eagersession.core.tracking import TRACKER
+from pytest_eagersession.plugin.setting_values import (
+    SettingsError,
+    parse_bool,
+    parse_count,
+    parse_strategy,
+)
 from pytest_eagersession.plugin.settings import (
     LEAK_MODES,
     Settings,
-    SettingsError,
     bind_marker,
-    parse_bool,
-    parse_count,
     parse_leaks,
-    parse_strategy,
     policy_for,
     resolve,
 )

@@ -18,13 +18,8 @@ from pytest_eagersession.core.tracking import TRACKER
 from pytest_eagersession.plugin.peak_check import PeakCheck
 from pytest_eagersession.plugin.per_test import LEAKED_ATTRIBUTE
 from pytest_eagersession.plugin.run import RUN_PLUGIN_NAME, EagerSessionRun
-from pytest_eagersession.plugin.settings import (
-    MARKER_HELP,
-    OPTIONS,
-    Settings,
-    SettingsError,
-    resolve,
-)
+from pytest_eagersession.plugin.setting_values import SettingsError
+from pytest_eagersession.plugin.settings import MARKER_HELP, OPTIONS, Settings, resolve
 from pytest_eagersession.plugin.verdicts import (
     ROUTES_KEY,
     STATE_KEY,

@@ -20,7 +20,8 @@ from pytest_eagersession.core.kinds import tensorflow_ready
 from pytest_eagersession.core.session import EagerSession
 from pytest_eagersession.plugin.peak_check import PeakCheck
 from pytest_eagersession.plugin.scopes import ScopeSessions, marks, options_for
-from pytest_eagersession.plugin.settings import LeakMode, Settings, SettingsError, policy_for
+from pytest_eagersession.plugin.setting_values import SettingsError
+from pytest_eagersession.plugin.settings import LeakMode, Settings, policy_for
 from pytest_eagersession.plugin.summary import LEAK_PROPERTY, PROPERTY
 from pytest_eagersession.plugin.verdicts import (
     ROUTES_KEY,

@@ -17,6 +17,7 @@ import pytest
 
 from pytest_eagersession.plugin.peak_check import PeakCheck
 from pytest_eagersession.plugin.per_test import TestSessions
+from pytest_eagersession.plugin.retained import RetainedMemory
 from pytest_eagersession.plugin.scopes import ScopeSessions
 from pytest_eagersession.plugin.settings import Settings
 from pytest_eagersession.plugin.summary import RunSummary
@@ -42,8 +43,18 @@ class EagerSessionRun:
         """The sessions of the wider scopes (class, module, package, run)."""
         self.tests = TestSessions(settings, self.scopes, measure=measure, peaks=peaks)
         """Each test's own session."""
-        self.summary = RunSummary(config, settings.json_path, settings.most_memory)
-        """The run's leaks and heaviest tests, for the terminal and the JSON report."""
+        self.summary = RunSummary(
+            config,
+            settings.json_path,
+            settings.most_memory,
+            most_retained=settings.most_retained,
+            plot_path=settings.plot_path,
+        )
+        """The run's leaks and heaviest tests, for the terminal, the JSON report and the
+        picture."""
+        reading = settings.most_retained > 0 or bool(settings.plot_path or settings.json_path)
+        self.memory = RetainedMemory(config) if reading else None
+        """The memory that stays after each test; None when nothing reports it."""
         self.peaks = peaks
         """The last run's peaks and this run's; None without
         ``--eagersession-fail-on-increase``."""
@@ -57,7 +68,10 @@ class EagerSessionRun:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, None, None]:
-        """The test's session opens and is activated before its first fixture."""
+        """The test's session opens and is activated before its first fixture (the memory
+        is read before either)."""
+        if self.memory is not None:
+            self.memory.before(item)
         return (yield from self.tests.setup(item))
 
     @pytest.hookimpl(wrapper=True)
@@ -69,8 +83,13 @@ class EagerSessionRun:
     def pytest_runtest_teardown(
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> Generator[None, None, None]:
-        """The test's session closes after its last fixture; its leaks fail the test."""
-        return (yield from self.tests.teardown(item))
+        """The test's session closes after its last fixture; its leaks fail the test. The
+        memory is read after both."""
+        try:
+            return (yield from self.tests.teardown(item))
+        finally:
+            if self.memory is not None:
+                self.memory.after(item)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -93,10 +112,11 @@ class EagerSessionRun:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """The end of the run, in this order: what a stopped run left open is closed (a test's
         session, then the wider scopes', whose leaks are reported), so that the figures are
-        complete; then this run's peaks are recorded for the next, and the JSON report is
-        written last, with every test in it."""
+        complete; then this run's peaks are recorded for the next, the picture of its memory
+        is drawn, and the JSON report is written last, with every test in it."""
         self.tests.close_interrupted()
         self.scopes.close_all()
         if self.peaks is not None:
             self.peaks.record()
+        self.summary.write_plot()
         self.summary.write_json()

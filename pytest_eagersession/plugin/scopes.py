@@ -21,13 +21,8 @@ import pytest
 
 from pytest_eagersession.core.session import EagerSession, SessionOptions
 from pytest_eagersession.core.started_threads import StartedThreads
-from pytest_eagersession.plugin.settings import (
-    LeakMode,
-    Settings,
-    SettingsError,
-    TestPolicy,
-    policy_for,
-)
+from pytest_eagersession.plugin.setting_values import SettingsError
+from pytest_eagersession.plugin.settings import LeakMode, Settings, TestPolicy, policy_for
 from pytest_eagersession.plugin.verdicts import ROUTES_KEY, TestCloseHints, holder_search, judge
 from pytest_eagersession.reports.fixture_values import owned_kind
 

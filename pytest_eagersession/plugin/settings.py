@@ -9,26 +9,31 @@ from __future__ import annotations
 
 import enum
 import inspect
-import math
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pytest_eagersession.base.sizes import parse_size
 from pytest_eagersession.base.strategies import ResourceCleanupStrategy
 from pytest_eagersession.core.survivors import AllowFilter, AllowPredicate, check_allow_filter
+from pytest_eagersession.plugin.setting_values import (
+    SettingsError,
+    parse_bool,
+    parse_bytes,
+    parse_count,
+    parse_file_path,
+    parse_folder_path,
+    parse_increase,
+    parse_seconds,
+    parse_strategy,
+    parse_svg_path,
+)
 from pytest_eagersession.reports.explain import DEFAULT_BUDGET_S
-from pytest_eagersession.reports.peaks import DEFAULT_FLOOR, DEFAULT_PERCENT, parse_percent
+from pytest_eagersession.reports.peaks import DEFAULT_FLOOR, DEFAULT_PERCENT
 
 DEFAULT_CHAIN_DEPTH = 10
 VERBOSE_CHAIN_DEPTH = 20
 #: The cap on the one search for the holders of a scope's leaks with -v (explain's otherwise).
 VERBOSE_CHAIN_BUDGET_S = 20.0
-
-
-class SettingsError(ValueError):
-    """A setting with a bad value; the message names the valid choices."""
 
 
 class LeakMode(str, enum.Enum):
@@ -119,6 +124,10 @@ class Settings:
     """What TensorFlow's own known leaks of a test's objects do: ``report`` apart, or ``fail``."""
     most_memory: int = 0
     """Tests in the end-of-run table of the highest peaks of tracked bytes (0: no table)."""
+    most_retained: int = 0
+    """Tests in the end-of-run table of the memory that stayed after them (0: no table)."""
+    plot_path: str | None = None
+    """Where the picture of the run's memory after each test goes (SVG); None: nowhere."""
     fail_on_increase: float | None = None
     """A test whose peak grew by more than this percentage since the last run fails (None: off)."""
     increase_floor: int = DEFAULT_FLOOR
@@ -182,17 +191,6 @@ class Option:
         return f"{self.flag} / {self.key}" if self.ini_help is not None else self.flag
 
 
-def parse_strategy(value: Any, where: str) -> ResourceCleanupStrategy:
-    """A strategy from its name (any case, ``-`` or ``_``) or the enum member."""
-    try:
-        return ResourceCleanupStrategy.parse(value)
-    except ValueError:
-        raise SettingsError(
-            f"{where}: unknown strategy {value!r}; choose one of "
-            f"{ResourceCleanupStrategy.choices()}"
-        ) from None
-
-
 def parse_leaks(value: Any, where: str) -> LeakMode:
     """``fail``, ``warn`` or ``off``, or the ``LeakMode`` member."""
     return value if isinstance(value, LeakMode) else LeakMode.parse(value, where)
@@ -206,105 +204,6 @@ def parse_retention(value: Any, where: str) -> str:
             f"{where}: unknown retention mode {value!r}; choose one of {', '.join(RETENTION_MODES)}"
         )
     return str(text)
-
-
-def parse_bool(value: Any, where: str) -> bool:
-    """A boolean from an ini-style word."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise SettingsError(f"{where}: expected true or false, got {value!r}")
-
-
-def parse_count(value: Any, where: str) -> int:
-    """A non-negative integer."""
-    try:
-        count = int(value)
-    except (TypeError, ValueError, OverflowError):
-        count = -1
-    if count < 0 or isinstance(value, bool):
-        raise SettingsError(f"{where}: expected a whole number of 0 or more, got {value!r}")
-    return count
-
-
-def parse_seconds(value: Any, where: str) -> float:
-    """A positive, finite number of seconds."""
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError, OverflowError):
-        seconds = math.nan
-    if isinstance(value, bool) or not (0 < seconds < math.inf):
-        raise SettingsError(f"{where}: expected a number of seconds above 0, got {value!r}")
-    return seconds
-
-
-def parse_bytes(value: Any, where: str) -> int:
-    """A size in bytes: an int, or a number and a unit such as ``"64 MiB"``."""
-    try:
-        return parse_size(value)
-    except ValueError as error:
-        raise SettingsError(f"{where}: {error}") from None
-
-
-def parse_increase(value: Any, where: str) -> float:
-    """A percentage of 0 or more (``10``, ``12.5``, ``10%``)."""
-    try:
-        return parse_percent(value)
-    except ValueError as error:
-        hint = ""
-        if isinstance(value, str) and os.path.exists(value.split("::")[0]):
-            hint = (
-                "; a path right after the flag is read as its percentage: write "
-                "--eagersession-fail-on-increase=10, or put the flag after the paths"
-            )
-        raise SettingsError(f"{where}: {error}{hint}") from None
-
-
-def parse_file_path(value: Any, where: str) -> str:
-    """A path where a file can be written: its folder exists or can be made there."""
-    path = _path(value, where, "a file path")
-    if os.path.isdir(path):
-        raise SettingsError(f"{where}: expected a file path, got {path!r}, which is a folder")
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        raise SettingsError(f"{where}: expected a file path that can be written, got {path!r}")
-    _check_folder(os.path.dirname(os.path.abspath(path)), path, where, "a file path")
-    return path
-
-
-def parse_folder_path(value: Any, where: str) -> str:
-    """A path where files can be written: a folder that exists or can be made there."""
-    path = _path(value, where, "a folder path")
-    _check_folder(os.path.abspath(path), path, where, "a folder path")
-    return path
-
-
-def _path(value: Any, where: str, what: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise SettingsError(f"{where}: expected {what}, got {value!r}")
-    return value
-
-
-def _check_folder(folder: str, path: str, where: str, what: str) -> None:
-    """Raise unless ``folder`` is a writable folder, or the nearest existing one above it is."""
-    try:
-        existing = folder
-        while not os.path.exists(existing):
-            existing = os.path.dirname(existing)
-        problem = None
-        if not os.path.isdir(existing):
-            problem = f"{existing} is not a folder"
-        elif not os.access(existing, os.W_OK | os.X_OK):
-            problem = f"the folder {existing} is not writable"
-    except (OSError, ValueError) as error:  # a NUL in the path, a name too long
-        problem = str(error)
-    if problem is not None:
-        raise SettingsError(
-            f"{where}: expected {what} that can be written, got {path!r}: {problem}"
-        )
 
 
 def _allow_patterns(value: Any, where: str) -> tuple[str, ...]:
@@ -394,6 +293,24 @@ OPTIONS = (
         default=0,
         metavar="N",
         ini_help="tests in the end-of-run table of the highest peaks of tracked bytes",
+    ),
+    Option(
+        "most_retained",
+        "most_retained",
+        "at the end of the run, a table of the N tests after which the most memory stayed in "
+        "use above its level before them (default 0: none).",
+        parse_count,
+        default=0,
+        metavar="N",
+        ini_help="tests in the end-of-run table of the memory that stayed after them",
+    ),
+    Option(
+        "plot",
+        "plot_path",
+        "write the run's memory after each test, in run order, to this SVG picture.",
+        parse_svg_path,
+        metavar="PATH",
+        ini_help="SVG file for the picture of the run's memory after each test",
     ),
     Option(
         "fail_on_increase",

@@ -15,7 +15,13 @@ import pytest
 from pytest_eagersession.base.sizes import format_bytes
 from pytest_eagersession.base.support_range import tensorflow_warning
 from pytest_eagersession.reports.grouping import holder_line, holders_of_run
+from pytest_eagersession.reports.memory_plot import svg
 from pytest_eagersession.reports.report import write_json
+from pytest_eagersession.reports.retained_memory import (
+    RETAINED_FLOOR,
+    most_retained,
+    table_lines,
+)
 
 #: The user property that carries a test's entry of the JSON report, as JSON text.
 PROPERTY = "eagersession"
@@ -28,12 +34,23 @@ MOST_HOLDERS_SHOWN = 10
 class RunSummary:
     """Each test's outcome and leaks, collected from its reports."""
 
-    def __init__(self, config: pytest.Config, json_path: str | None, most_memory: int = 0) -> None:
+    def __init__(
+        self,
+        config: pytest.Config,
+        json_path: str | None,
+        most_memory: int = 0,
+        *,
+        most_retained: int = 0,
+        plot_path: str | None = None,
+    ) -> None:
         self._config = config
         self._json_path = json_path
         self._most_memory = most_memory
+        self._most_retained = most_retained
+        self._plot_path = plot_path
         self._results: dict[str, dict[str, Any]] = {}
         self._json_error: str | None = None
+        self._plot_error: str | None = None
 
     def note(self, report: pytest.TestReport) -> None:
         """Collect a test's outcome and leak data from one of its reports."""
@@ -50,8 +67,9 @@ class RunSummary:
 
     def write_terminal(self, terminalreporter: Any) -> None:
         """List the tests that leaked, with counts and bytes."""
-        if self._json_error is not None:
-            terminalreporter.write_line(self._json_error, red=True)
+        for error in (self._json_error, self._plot_error):
+            if error is not None:
+                terminalreporter.write_line(error, red=True)
         tf_module = sys.modules.get("tensorflow")
         if tf_module is not None:
             untested = tensorflow_warning(str(getattr(tf_module, "__version__", "0")))
@@ -59,6 +77,7 @@ class RunSummary:
                 terminalreporter.write_line(f"eagersession: WARNING: {untested}", yellow=True)
         self._summarize_retention(terminalreporter)
         self._summarize_memory(terminalreporter)
+        self._summarize_retained(terminalreporter)
         leaky = [entry for entry in self._results.values() if entry.get("leaks")]
         if not leaky:
             return
@@ -102,6 +121,28 @@ class RunSummary:
                 f"{format_bytes(entry['peak_bytes']):>10} {gpu:>10}  {entry['nodeid']}"
             )
 
+    def _summarize_retained(self, terminalreporter: Any) -> None:
+        """The tests after which the most memory stayed in use (``most_retained``)."""
+        if self._most_retained <= 0:
+            return
+        shown = most_retained(self._results.values(), self._most_retained)
+        terminalreporter.section("eagersession: the tests after which the most memory stayed")
+        if not shown:
+            measured = any("retained" in entry for entry in self._results.values())
+            terminalreporter.write_line(
+                f"no test left {format_bytes(RETAINED_FLOOR)} or more in use behind it"
+                if measured
+                else "resident memory cannot be read on this platform"
+            )
+            return
+        for line in table_lines(shown):
+            terminalreporter.write_line(line)
+        terminalreporter.write_line(
+            "(in use: resident memory after the test's teardown above its level before its "
+            "setup, less what the C allocator holds free ('freed, kept'); leaks: the bytes of "
+            "the test's reported leaks; other: the rest)"
+        )
+
     def _summarize_retention(self, terminalreporter: Any) -> None:
         released = kept = 0
         tests = []
@@ -122,6 +163,19 @@ class RunSummary:
         for nodeid, kept_lines in tests:
             for line in kept_lines:
                 terminalreporter.write_line(f"{nodeid}: {line}")
+
+    def write_plot(self) -> None:
+        """Draw the run's memory after each test (not on xdist workers)."""
+        path = self._plot_path
+        if path is None or hasattr(self._config, "workerinput"):
+            return
+        try:
+            with open(path, "w", encoding="utf-8") as file:
+                file.write(svg(list(self._results.values())))
+        except OSError as error:
+            self._plot_error = f"eagersession: could not write the picture to {path}: {error}"
+            if self._config.pluginmanager.get_plugin("terminalreporter") is None:
+                sys.stderr.write(self._plot_error + "\n")
 
     def write_json(self) -> None:
         """Write the JSON report (not on xdist workers)."""
