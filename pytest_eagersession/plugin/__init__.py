@@ -95,7 +95,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[ROUTES_KEY] = KnownRoutes()
     peaks = None
     if settings.fail_on_increase is not None:
-        peaks = PeakCheck(config, IncreaseRule(settings.fail_on_increase, settings.increase_floor))
+        rule = IncreaseRule(
+            settings.fail_on_increase, settings.increase_floor, settings.increase_history
+        )
+        peaks = PeakCheck(config, rule)
     # Each body's bytes and traces are measured when something reads them.
     measure = (
         peaks is not None

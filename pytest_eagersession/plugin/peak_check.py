@@ -1,10 +1,11 @@
-"""``--eagersession-fail-on-increase``: each test's peak against the last run's, in pytest's cache.
+"""``--eagersession-fail-on-increase``: each test's peak against its last runs', in pytest's cache.
 
 The figures are read once, when the run starts (each xdist worker reads them too), and written
 once, when it ends, by the process that sees every test's reports (the controller under xdist):
-the peaks of the tests whose bodies passed, the others' as they were. A test that failed on an
-increase keeps its old figure, so it fails again until the growth is fixed or accepted (a run
-with a higher percentage records the new figure; ``--cache-clear`` forgets them all).
+the peaks of the tests whose bodies passed, added to their last runs', the others' as they were.
+A test that failed on an increase keeps its old figures, so it fails again until the growth is
+fixed or accepted (a run with a higher percentage records the new figure; ``--cache-clear``
+forgets them all).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 
 from pytest_eagersession.plugin.summary import PROPERTY
 from pytest_eagersession.reports.peaks import (
+    History,
     IncreaseRule,
     Peak,
     UnreadablePeaks,
@@ -28,7 +30,7 @@ CACHE_KEY = "eagersession/peaks"
 
 
 class PeakCheck:
-    """The last run's peaks, the rule they are judged by, and this run's."""
+    """The last runs' peaks, the rule they are judged by, and this run's."""
 
     def __init__(self, config: pytest.Config, rule: IncreaseRule) -> None:
         cache = getattr(config, "cache", None)
@@ -71,9 +73,9 @@ class PeakCheck:
             previous = read_peaks(self._cache.get(CACHE_KEY, None))
         except UnreadablePeaks:
             previous = {}  # said when the run started; what this run measured replaces it
-        self._cache.set(CACHE_KEY, recorded(previous, self._passed))
+        self._cache.set(CACHE_KEY, recorded(previous, self._passed, self._rule.history))
 
-    def _read(self, config: pytest.Config) -> dict[str, Peak]:
+    def _read(self, config: pytest.Config) -> dict[str, History]:
         try:
             return read_peaks(self._cache.get(CACHE_KEY, None))
         except UnreadablePeaks as error:

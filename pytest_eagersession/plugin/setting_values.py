@@ -53,6 +53,14 @@ def parse_count(value: Any, where: str) -> int:
     return count
 
 
+def parse_runs(value: Any, where: str) -> int:
+    """A whole number of runs, 1 or more."""
+    count = parse_count(value, where)
+    if count < 1:
+        raise SettingsError(f"{where}: expected a whole number of 1 or more, got {value!r}")
+    return count
+
+
 def parse_seconds(value: Any, where: str) -> float:
     """A positive, finite number of seconds."""
     try:

@@ -23,12 +23,13 @@ from pytest_eagersession.plugin.setting_values import (
     parse_file_path,
     parse_folder_path,
     parse_increase,
+    parse_runs,
     parse_seconds,
     parse_strategy,
     parse_svg_path,
 )
 from pytest_eagersession.reports.explain import DEFAULT_BUDGET_S
-from pytest_eagersession.reports.peaks import DEFAULT_FLOOR, DEFAULT_PERCENT
+from pytest_eagersession.reports.peaks import DEFAULT_FLOOR, DEFAULT_HISTORY, DEFAULT_PERCENT
 
 DEFAULT_CHAIN_DEPTH = 10
 VERBOSE_CHAIN_DEPTH = 20
@@ -132,6 +133,8 @@ class Settings:
     """A test whose peak grew by more than this percentage since the last run fails (None: off)."""
     increase_floor: int = DEFAULT_FLOOR
     """Growth in bytes that never fails a test, whatever its percentage."""
+    increase_history: int = DEFAULT_HISTORY
+    """The runs kept for each test, to compare its peak with (and a creep's window)."""
     full_chains: bool = False
     """Reports show every link of a long chain (``-v``); otherwise its root and last links."""
 
@@ -333,6 +336,16 @@ OPTIONS = (
         default=DEFAULT_FLOOR,
         metavar="SIZE",
         ini_help="growth of a peak in bytes that never fails a test (default 1 MiB)",
+    ),
+    Option(
+        "increase_history",
+        "increase_history",
+        "the last runs whose peaks each test is compared with: a peak within what they showed "
+        f"passes; one that rose in each of them fails (default {DEFAULT_HISTORY}).",
+        parse_runs,
+        default=DEFAULT_HISTORY,
+        metavar="N",
+        ini_help="the last runs whose peaks each test is compared with",
     ),
     Option(
         "json",
