@@ -3,7 +3,9 @@
 Tests whose name says *leaks* must fail with a leak report (an error at teardown); every other
 test must pass. pytest runs with the running Python, from a scratch folder and with the
 examples given by path, so that the package it imports is the one installed in that Python,
-never this source tree by accident. Prints pytest's output, then the verdicts; the exit status
+never this source tree by accident. Prints pytest's output (with the tables of the heaviest
+tests and of the memory that stayed after each; the picture of it goes to
+``build/demo-memory.svg``), then the verdicts; the exit status
 is pytest's when it broke down (2 or more), else 1 if a verdict is not the promised one.
 
     python scripts/demo_suite.py [PYTEST_ARGS]
@@ -22,6 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+#: The picture of the run's memory after each test (``build/`` is git's to ignore).
+PICTURE = ROOT / "build" / "demo-memory.svg"
 
 
 def promised(nodeid: str) -> str:
@@ -44,6 +48,8 @@ def main(argv: Sequence[str]) -> int:
                 "no:cacheprovider",
                 f"--eagersession-json={report}",
                 "--eagersession-most-memory=5",
+                "--eagersession-most-retained=5",
+                f"--eagersession-plot={PICTURE}",
                 *argv,
             ],
             cwd=scratch,
@@ -53,7 +59,8 @@ def main(argv: Sequence[str]) -> int:
             return status
         tests = json.loads(report.read_text())["tests"]
     wrong = [test["nodeid"] for test in tests if test["outcome"] != promised(test["nodeid"])]
-    print(f"\n== verdicts: {len(tests) - len(wrong)} of {len(tests)} as their names promise")
+    print(f"\n== the run's memory after each test, drawn: {PICTURE}")
+    print(f"== verdicts: {len(tests) - len(wrong)} of {len(tests)} as their names promise")
     for nodeid in wrong:
         print("   unexpected verdict:", nodeid)
     return 1 if wrong or not tests else 0

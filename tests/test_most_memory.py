@@ -60,3 +60,48 @@ def test_a_bad_count_is_a_usage_error(pytester: pytest.Pytester, value: str) -> 
     result.stderr.fnmatch_lines(
         [f"*--eagersession-most-memory*expected a whole number of 0 or more, got '{value}'*"]
     )
+
+
+LIMITED_SUITE = """
+    import pytest
+    import tensorflow as tf
+
+    def ones_of(side):
+        return float(tf.reduce_sum(tf.ones([side, side])))  # side * side * 4 bytes at the peak
+
+    def test_stays_under_the_limit():
+        assert ones_of(128) == 128 * 128  # 64 KiB
+
+    def test_goes_over_the_limit():
+        assert ones_of(1024) == 1024 * 1024  # 4 MiB
+
+    @pytest.mark.cleanup(max_bytes="8 MiB")
+    def test_has_a_limit_of_its_own():
+        assert ones_of(1024) == 1024 * 1024
+"""
+
+
+@pytest.mark.parametrize("where", ["option", "ini"])
+def test_a_default_limit_fails_every_test_over_it_unless_its_marker_says_otherwise(
+    pytester: pytest.Pytester, where: str
+) -> None:
+    pytester.makepyfile(test_limited=LIMITED_SUITE)
+    if where == "ini":
+        pytester.makeini("[pytest]\neagersession_max_bytes = 1 MiB\n")
+        result = run_inner(pytester)
+    else:
+        result = run_inner(pytester, "--eagersession-max-bytes=1MiB")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*peaked at 4.0 MiB of tracked TensorFlow objects, over its max_bytes of 1.0 MiB*",
+            "FAILED test_limited.py::test_goes_over_the_limit*",
+        ]
+    )
+
+
+def test_a_bad_default_limit_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one="def test_one(): pass")
+    result = run_inner(pytester, "--eagersession-max-bytes=lots")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--eagersession-max-bytes*"])

@@ -15,6 +15,7 @@ import pytest
 from pytest_eagersession.base.support_range import python_warning
 from pytest_eagersession.core.session import EagerSession
 from pytest_eagersession.core.tracking import TRACKER
+from pytest_eagersession.plugin.html_report import requested as html_report_requested
 from pytest_eagersession.plugin.peak_check import PeakCheck
 from pytest_eagersession.plugin.per_test import LEAKED_ATTRIBUTE
 from pytest_eagersession.plugin.run import RUN_PLUGIN_NAME, EagerSessionRun
@@ -105,6 +106,7 @@ def pytest_configure(config: pytest.Config) -> None:
         or settings.json_path is not None
         or settings.most_memory > 0
         or bool(getattr(config.option, "xmlpath", None))
+        or html_report_requested(config)
     )
     run = config.stash[RUN_KEY] = EagerSessionRun(config, settings, measure=measure, peaks=peaks)
     config.pluginmanager.register(run, RUN_PLUGIN_NAME)

@@ -18,6 +18,7 @@ import pytest
 from pytest_eagersession.assertions import EagerChecks
 from pytest_eagersession.core.kinds import tensorflow_ready
 from pytest_eagersession.core.session import EagerSession
+from pytest_eagersession.plugin.html_report import leak_extra
 from pytest_eagersession.plugin.peak_check import PeakCheck
 from pytest_eagersession.plugin.scopes import ScopeSessions, marks, options_for
 from pytest_eagersession.plugin.setting_values import SettingsError
@@ -188,11 +189,16 @@ class TestSessions:
             del item.stash[STATE_KEY]  # pytest keeps every item to the end of the run
             report.user_properties.append((PROPERTY, json.dumps(state.to_json())))
             report.user_properties.extend(_peak_properties(state.measured))
+            leak_lines = []
             for record in state.records:
                 text = record.summary
                 if record.retained_by:
                     text += f"; {record.retained_by}"
                 report.user_properties.append((LEAK_PROPERTY, text))
+                leak_lines.append(text)
+            if leak_lines:  # pytest-html shows them in the row's details
+                extras = list(getattr(report, "extras", []))
+                report.extras = [*extras, leak_extra(leak_lines)]  # type: ignore[attr-defined]
             if report.failed and state.leaked:
                 setattr(report, LEAKED_ATTRIBUTE, True)
         return report

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from pytest_eagersession.plugin.html_report import header_cells, requested, row_cells
 from pytest_eagersession.plugin.peak_check import PeakCheck
 from pytest_eagersession.plugin.per_test import TestSessions
 from pytest_eagersession.plugin.retained import RetainedMemory
@@ -53,6 +54,7 @@ class EagerSessionRun:
         """The run's leaks and heaviest tests, for the terminal, the JSON report and the
         picture."""
         reading = settings.most_retained > 0 or bool(settings.plot_path or settings.json_path)
+        reading = reading or requested(config)
         self.memory = RetainedMemory(config) if reading else None
         """The memory that stays after each test; None when nothing reports it."""
         self.peaks = peaks
@@ -103,6 +105,16 @@ class EagerSessionRun:
         if self.peaks is not None:
             self.peaks.note(report)
         self.summary.note(report)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_table_header(self, cells: list[str]) -> None:
+        """With pytest-html: the plugin's columns in its report."""
+        header_cells(cells)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:
+        """With pytest-html: the test's figures in each of its rows."""
+        row_cells(self.summary.entry(report.nodeid), cells)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """The run's leaks, TensorFlow's known leaks and the heaviest tests."""

@@ -133,6 +133,9 @@ class Settings:
     """A test whose peak grew by more than this percentage since the last run fails (None: off)."""
     increase_floor: int = DEFAULT_FLOOR
     """Growth in bytes that never fails a test, whatever its percentage."""
+    max_bytes: int | None = None
+    """The peak of tracked bytes (and of each GPU's memory) any test's body may reach, unless
+    its marker's ``max_bytes`` says otherwise; None: no limit."""
     increase_history: int = DEFAULT_HISTORY
     """The runs kept for each test, to compare its peak with (and a creep's window)."""
     full_chains: bool = False
@@ -288,6 +291,15 @@ OPTIONS = (
         ini_help="report or fail for TensorFlow's own known leaks of a test's objects",
     ),
     Option(
+        "max_bytes",
+        "max_bytes",
+        "fail a test whose body's peak of tracked TensorFlow bytes (or of a GPU's memory) goes "
+        "above SIZE, like '512 MiB'; a marker's max_bytes overrides it (default: no limit).",
+        parse_bytes,
+        metavar="SIZE",
+        ini_help="the peak of tracked bytes any test's body may reach (blank: no limit)",
+    ),
+    Option(
         "most_memory",
         "most_memory",
         "at the end of the run, a table of the N tests whose bodies peaked highest in tracked "
@@ -325,7 +337,7 @@ OPTIONS = (
         metavar="PERCENT",
         kind="optional",
         const=f"{DEFAULT_PERCENT:g}",
-        ini_help="percentage a test's peak may grow by since the last run (blank: no check)",
+        ini_help="percentage a test's peak may stand above its last runs' (blank: no check)",
     ),
     Option(
         "increase_floor",
@@ -437,7 +449,7 @@ def policy_for(
         else None,
         max_bytes=parse_bytes(max_bytes, "@pytest.mark.cleanup(max_bytes=...)")
         if max_bytes is not None
-        else None,
+        else settings.max_bytes,
     )
 
 

@@ -7,6 +7,7 @@ path serves a run with and without workers; only the controller writes the JSON 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -64,6 +65,10 @@ class RunSummary:
         for name, value in report.user_properties:
             if name == PROPERTY and isinstance(value, str):
                 entry.update(json.loads(value))
+
+    def entry(self, nodeid: str) -> dict[str, Any] | None:
+        """What the reports of ``nodeid`` said so far (its entry of the JSON report)."""
+        return self._results.get(nodeid)
 
     def write_terminal(self, terminalreporter: Any) -> None:
         """List the tests that leaked, with counts and bytes."""
@@ -170,6 +175,7 @@ class RunSummary:
         if path is None or hasattr(self._config, "workerinput"):
             return
         try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             with open(path, "w", encoding="utf-8") as file:
                 file.write(svg(list(self._results.values())))
         except OSError as error:

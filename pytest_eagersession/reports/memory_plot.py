@@ -1,7 +1,9 @@
 """The run's memory curve, as a plain SVG picture: no plotting library to install or import.
 
-One point per test, in the order the tests ran: the process's resident memory after the test,
-the TensorFlow bytes its reported leaks added up to so far, and each GPU's memory in use. Under
+One point per test, in the order the tests ran: how far the process's resident memory stood
+after the test above where it stood before the first (the process's own start, TensorFlow's
+import among it, would flatten every step), the TensorFlow bytes its reported leaks added up
+to so far, and each GPU's memory in use. Under
 xdist each worker is a process of its own, with a curve of its own. The tests after which the
 most memory stayed in use are marked and named: the steps of the staircase that a suite
 running out of memory draws.
@@ -31,11 +33,13 @@ def curves_of(entries: Sequence[Mapping[str, Any]]) -> dict[str, list[tuple[int,
         mine = [e for e in entries if "retained" in e and str(e.get("worker")) == worker]
         mine.sort(key=lambda entry: int(entry.get("run_order", 0)))
         prefix = f"{worker}: " if len(workers) > 1 else ""
+        first = mine[0]["retained"]
+        start = first["resident_after_bytes"] - first["resident_bytes"]
         leaked = 0
         for entry in mine:
             figures, order = entry["retained"], int(entry.get("run_order", 0))
-            curves.setdefault(f"{prefix}resident", []).append(
-                (order, figures["resident_after_bytes"] / MIB)
+            curves.setdefault(f"{prefix}resident, above the first test's start", []).append(
+                (order, (figures["resident_after_bytes"] - start) / MIB)
             )
             leaked += int(figures.get("leaked_bytes", 0))
             curves.setdefault(f"{prefix}leaked TensorFlow bytes", []).append((order, leaked / MIB))
@@ -50,19 +54,20 @@ def svg(entries: Sequence[Mapping[str, Any]], title: str = "memory after each te
     points = [point for curve in curves.values() for point in curve]
     last = max((order for order, _ in points), default=0) or 1
     top = max((mib for _, mib in points), default=0.0) or 1.0
+    bottom = min(0.0, *(mib for _, mib in points))  # a run may end below its start
 
     def x(order: float) -> float:
         return LEFT + (WIDTH - LEFT - RIGHT) * order / last
 
     def y(mib: float) -> float:
-        return HEIGHT - BOTTOM - (HEIGHT - TOP - BOTTOM) * mib / top
+        return HEIGHT - BOTTOM - (HEIGHT - TOP - BOTTOM) * (mib - bottom) / (top - bottom)
 
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
         f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="11">',
         f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
         f'<text x="{LEFT}" y="20" font-size="14">{escape(title)}</text>',
-        _axes(x, y, last, top),
+        _axes(x, y, last, bottom, top),
     ]
     for index, (name, curve) in enumerate(curves.items()):
         colour = COLOURS[index % len(COLOURS)]
@@ -75,26 +80,34 @@ def svg(entries: Sequence[Mapping[str, Any]], title: str = "memory after each te
             f'<text x="{WIDTH - RIGHT - 4}" y="{legend_y}" text-anchor="end" fill="{colour}">'
             f"{escape(name)}</text>"
         )
-    for entry in most_retained(entries, STEPS_NAMED):
-        figures = entry["retained"]
-        px, py = x(int(entry.get("run_order", 0))), y(figures["resident_after_bytes"] / MIB)
+    resident = {name: curve for name, curve in curves.items() if "resident" in name}
+    for rank, entry in enumerate(most_retained(entries, STEPS_NAMED)):
+        figures, order = entry["retained"], int(entry.get("run_order", 0))
+        prefix = f"{entry.get('worker')}: " if len(resident) > 1 else ""
+        heights = dict(resident.get(f"{prefix}resident, above the first test's start", []))
+        px, py = x(order), y(heights.get(order, 0.0))
         label = f"{entry['nodeid']} (+{figures['in_use_bytes'] / MIB:.1f} MiB)"
+        anchor, dx = ("end", -6) if px > WIDTH / 2 else ("start", 6)
+        ly = py + 14 * (rank + 1)  # below the curve, one line a step: labels do not overlap
         parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="black"/>')
-        parts.append(f'<text x="{px + 6:.1f}" y="{py - 6:.1f}">{escape(label)}</text>')
+        parts.append(
+            f'<text x="{px + dx:.1f}" y="{ly:.1f}" text-anchor="{anchor}">{escape(label)}</text>'
+        )
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
 
-def _axes(x: Any, y: Any, last: int, top: float) -> str:
+def _axes(x: Any, y: Any, last: int, bottom: float, top: float) -> str:
     """The two axes, five ticks on each, and their names."""
+    base = y(bottom)
     lines = [
-        f'<line x1="{LEFT}" y1="{y(0):.1f}" x2="{x(last):.1f}" y2="{y(0):.1f}" stroke="black"/>',
-        f'<line x1="{LEFT}" y1="{y(0):.1f}" x2="{LEFT}" y2="{y(top):.1f}" stroke="black"/>',
+        f'<line x1="{LEFT}" y1="{base:.1f}" x2="{x(last):.1f}" y2="{base:.1f}" stroke="black"/>',
+        f'<line x1="{LEFT}" y1="{base:.1f}" x2="{LEFT}" y2="{y(top):.1f}" stroke="black"/>',
     ]
     for tick in range(5):
-        order, mib = last * tick / 4, top * tick / 4
+        order, mib = last * tick / 4, bottom + (top - bottom) * tick / 4
         lines.append(
-            f'<text x="{x(order):.1f}" y="{y(0) + 16:.1f}" text-anchor="middle">{order:.0f}</text>'
+            f'<text x="{x(order):.1f}" y="{base + 16:.1f}" text-anchor="middle">{order:.0f}</text>'
         )
         lines.append(
             f'<text x="{LEFT - 6}" y="{y(mib) + 4:.1f}" text-anchor="end">{mib:.0f}</text>'
@@ -104,7 +117,7 @@ def _axes(x: Any, y: Any, last: int, top: float) -> str:
         "tests, in the order they ran</text>"
     )
     lines.append(
-        f'<text x="16" y="{(TOP + y(0)) / 2:.1f}" text-anchor="middle" '
-        f'transform="rotate(-90 16 {(TOP + y(0)) / 2:.1f})">MiB</text>'
+        f'<text x="16" y="{(TOP + base) / 2:.1f}" text-anchor="middle" '
+        f'transform="rotate(-90 16 {(TOP + base) / 2:.1f})">MiB</text>'
     )
     return "\n".join(lines)
