@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import html
 import json
 import os
 import re
@@ -160,6 +161,8 @@ def run_examples(folder: Path) -> tuple[str, Path, Path]:
         f"--eagersession-json={report_json}",
         f"--eagersession-most-memory={MOST_MEMORY}",
         f"--junitxml={report_xml}",
+        f"--html={folder / 'report.html'}",
+        "--self-contained-html",
     ]
     result = subprocess.run(
         command, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=600
@@ -167,6 +170,27 @@ def run_examples(folder: Path) -> tuple[str, Path, Path]:
     if not report_json.exists():
         raise GenerationError(f"pytest wrote no report:\n{result.stdout}\n{result.stderr}")
     return result.stdout, report_json, report_xml
+
+
+def html_rows(report_html: Path, module: str) -> str:
+    """pytest-html's table as text: its header, then the rows of ``module``'s tests. The
+    durations and the memory that stayed move from run to run: named, not shown."""
+    page = report_html.read_text(encoding="utf-8")
+    blob = re.search(r'data-jsonblob="(.*?)"', page, re.S)
+    if blob is None:
+        raise GenerationError(f"no test data in {report_html}")
+    tests = json.loads(html.unescape(blob.group(1)))["tests"]
+    header = re.findall(r"<th[^>]*>(.*?)</th>", page)
+    header = [cell for cell in header if cell][:6]  # Result, Test, Duration and the plugin's
+    lines = [" | ".join(header)]
+    for nodeid, rows in tests.items():
+        if not nodeid.startswith(module):
+            continue
+        for row in rows:
+            cells = [re.sub(r"<[^>]+>", "", cell) for cell in row["resultsTableRow"]][:6]
+            cells[2], cells[4] = "<duration>", "<MiB>"
+            lines.append(" | ".join(html.unescape(cell) for cell in cells))
+    return "\n".join(lines) + "\n"
 
 
 def increase_report() -> str:
@@ -223,6 +247,7 @@ def produce() -> Produced:
         output, report_json, report_xml = run_examples(Path(tmp))
         tests = json.loads(report_json.read_text())["tests"]
         ci_properties = junit_properties(report_xml, CI_EXAMPLE)
+        html_table = html_rows(report_xml.parent / "report.html", CI_EXAMPLE.split("::")[0])
         summary = subprocess.run(
             [sys.executable, str(EXAMPLES / "leak_summary.py"), str(report_json)],
             cwd=ROOT,
@@ -285,6 +310,7 @@ def produce() -> Produced:
             retained[name] = "<bytes>"
     snippets["json_report"] = normalize(json.dumps(entry, indent=2))
     snippets["junit_properties"] = normalize(ci_properties)
+    snippets["html_report_rows"] = normalize(html_table)
     snippets["leak_summary"] = normalize(summary.stdout + f"(exit status {summary.returncode})\n")
     chain = subprocess.run(
         [sys.executable, str(EXAMPLES / "registry_chain.py")],

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+from typing import Any
 
 import pytest
 
@@ -82,14 +84,43 @@ def test_the_test_that_keeps_memory_heads_the_table_and_the_one_that_gives_it_ba
     assert abs(ys[2] - ys[1]) < (ys[0] - ys[1]) / 4  # the 300 MiB test came back down
 
 
-@pytest.mark.parametrize("value", ["memory.png", "memory"])
-def test_a_picture_path_that_is_not_svg_is_a_usage_error(
+@pytest.mark.parametrize("value", ["memory.jpg", "memory"])
+def test_a_picture_path_of_another_format_is_a_usage_error(
     pytester: pytest.Pytester, value: str
 ) -> None:
     pytester.makepyfile(test_one="def test_one(): pass")
     result = pytester.runpytest_inprocess(f"--eagersession-plot={value}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--eagersession-plot*expected a path ending in .svg*"])
+    result.stderr.fnmatch_lines(["*--eagersession-plot*expected a path ending in .svg or .png*"])
+
+
+def test_a_png_picture_is_drawn_with_matplotlib(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("matplotlib")
+    pytester.makepyfile(test_numpy=NUMPY_SUITE)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:randomly", "-p", "no:cacheprovider", "--eagersession-plot=memory.png"
+    )
+    result.assert_outcomes(passed=4)
+    picture = (pytester.path / "memory.png").read_bytes()
+    assert picture.startswith(b"\x89PNG\r\n\x1a\n")
+    assert len(picture) > 10_000  # curves, labels and axes, not an empty canvas
+
+
+def test_a_png_picture_without_matplotlib_is_a_usage_error_that_says_what_to_install(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    find_spec = importlib.util.find_spec
+
+    def without_matplotlib(name: str, *args: Any) -> Any:
+        return None if name == "matplotlib" else find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_matplotlib)
+    pytester.makepyfile(test_one="def test_one(): pass")
+    result = pytester.runpytest_inprocess("--eagersession-plot=memory.png")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--eagersession-plot*matplotlib*pip install 'pytest-eagersession[[]plot[]]'*.svg*"]
+    )
 
 
 def test_what_the_c_allocator_holds_free_is_not_counted_as_in_use() -> None:

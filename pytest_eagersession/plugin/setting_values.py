@@ -6,6 +6,7 @@ No pytest here; ``settings`` puts each parser in the table of options.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from typing import Any
@@ -105,12 +106,19 @@ def parse_file_path(value: Any, where: str) -> str:
     return path
 
 
-def parse_svg_path(value: Any, where: str) -> str:
-    """A file path ending in ``.svg`` where a file can be written."""
+def parse_picture_path(value: Any, where: str) -> str:
+    """A file path ending in ``.svg`` (plain SVG) or ``.png`` (drawn with matplotlib, which must
+    be installed) where a file can be written."""
     path = parse_file_path(value, where)
-    if not path.lower().endswith(".svg"):
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in (".svg", ".png"):
         raise SettingsError(
-            f"{where}: expected a path ending in .svg (the picture is written as SVG), got {path!r}"
+            f"{where}: expected a path ending in .svg or .png (the picture's format), got {path!r}"
+        )
+    if extension == ".png" and importlib.util.find_spec("matplotlib") is None:
+        raise SettingsError(
+            f"{where}: a .png picture is drawn with matplotlib, which is not installed here "
+            "(pip install 'pytest-eagersession[plot]'); a .svg one needs nothing"
         )
     return path
 

@@ -23,10 +23,10 @@ from pytest_eagersession.plugin.setting_values import (
     parse_file_path,
     parse_folder_path,
     parse_increase,
+    parse_picture_path,
     parse_runs,
     parse_seconds,
     parse_strategy,
-    parse_svg_path,
 )
 from pytest_eagersession.reports.explain import DEFAULT_BUDGET_S
 from pytest_eagersession.reports.peaks import DEFAULT_FLOOR, DEFAULT_HISTORY, DEFAULT_PERCENT
@@ -128,7 +128,7 @@ class Settings:
     most_retained: int = 0
     """Tests in the end-of-run table of the memory that stayed after them (0: no table)."""
     plot_path: str | None = None
-    """Where the picture of the run's memory after each test goes (SVG); None: nowhere."""
+    """Where the picture of the run's memory after each test goes (SVG or PNG); None: nowhere."""
     fail_on_increase: float | None = None
     """A test whose peak grew by more than this percentage since the last run fails (None: off)."""
     increase_floor: int = DEFAULT_FLOOR
@@ -322,10 +322,11 @@ OPTIONS = (
     Option(
         "plot",
         "plot_path",
-        "write the run's memory after each test, in run order, to this SVG picture.",
-        parse_svg_path,
+        "draw the run's memory after each test, in run order, to this picture: SVG, or PNG "
+        "by the extension (PNG needs matplotlib).",
+        parse_picture_path,
         metavar="PATH",
-        ini_help="SVG file for the picture of the run's memory after each test",
+        ini_help="SVG or PNG file for the picture of the run's memory after each test",
     ),
     Option(
         "fail_on_increase",

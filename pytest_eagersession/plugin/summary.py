@@ -16,7 +16,7 @@ import pytest
 from pytest_eagersession.base.sizes import format_bytes
 from pytest_eagersession.base.support_range import tensorflow_warning
 from pytest_eagersession.reports.grouping import holder_line, holders_of_run
-from pytest_eagersession.reports.memory_plot import svg
+from pytest_eagersession.reports.memory_plot import draw_png, svg
 from pytest_eagersession.reports.report import write_json
 from pytest_eagersession.reports.retained_memory import (
     RETAINED_FLOOR,
@@ -176,9 +176,13 @@ class RunSummary:
             return
         try:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            with open(path, "w", encoding="utf-8") as file:
-                file.write(svg(list(self._results.values())))
-        except OSError as error:
+            entries = list(self._results.values())
+            if path.lower().endswith(".png"):
+                draw_png(entries, path)
+            else:
+                with open(path, "w", encoding="utf-8") as file:
+                    file.write(svg(entries))
+        except (OSError, ValueError, RuntimeError) as error:  # matplotlib's own, a full disk
             self._plot_error = f"eagersession: could not write the picture to {path}: {error}"
             if self._config.pluginmanager.get_plugin("terminalreporter") is None:
                 sys.stderr.write(self._plot_error + "\n")

@@ -1,4 +1,5 @@
-"""The run's memory curve, as a plain SVG picture: no plotting library to install or import.
+"""The run's memory curve, as a plain SVG picture (no plotting library to install or import),
+or as PNG, drawn with matplotlib where the user installed it.
 
 One point per test, in the order the tests ran: how far the process's resident memory stood
 after the test above where it stood before the first (the process's own start, TensorFlow's
@@ -95,6 +96,45 @@ def svg(entries: Sequence[Mapping[str, Any]], title: str = "memory after each te
         )
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
+
+
+def draw_png(entries: Sequence[Mapping[str, Any]], path: str) -> None:
+    """The picture of ``svg``, drawn with matplotlib (imported here, and only here) to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)  # no window, whatever backend the suite configured
+    from matplotlib.figure import Figure  # a figure of its own: pyplot's state is the user's
+
+    figure = Figure(figsize=(WIDTH / 100, HEIGHT / 100), dpi=100)
+    axes = figure.add_subplot()
+    curves = curves_of(entries)
+    for index, (name, curve) in enumerate(curves.items()):
+        orders, mib = zip(*curve, strict=True) if curve else ((), ())
+        axes.plot(orders, mib, label=name, color=COLOURS[index % len(COLOURS)], linewidth=1.5)
+    resident = {name: dict(curve) for name, curve in curves.items() if "resident" in name}
+    last = max((order for curve in curves.values() for order, _ in curve), default=0)
+    for rank, entry in enumerate(most_retained(entries, STEPS_NAMED)):
+        order = int(entry.get("run_order", 0))
+        prefix = f"{entry.get('worker')}: " if len(resident) > 1 else ""
+        height = resident.get(f"{prefix}resident, above the first test's start", {}).get(order)
+        if height is None:
+            continue
+        label = f"{entry['nodeid']} (+{entry['retained']['in_use_bytes'] / MIB:.1f} MiB)"
+        axes.plot([order], [height], "o", color="black", markersize=4)
+        axes.annotate(
+            label,
+            (order, height),
+            xytext=(6 if order <= last / 2 else -6, -14 * (rank + 1)),
+            textcoords="offset points",
+            fontsize=7,
+            ha="left" if order <= last / 2 else "right",
+        )
+    axes.set_xlabel("tests, in the order they ran")
+    axes.set_ylabel("MiB")
+    axes.set_title("memory after each test", loc="left", fontsize=11)
+    axes.legend(loc="upper left", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path)
 
 
 def _axes(x: Any, y: Any, last: int, bottom: float, top: float) -> str:
