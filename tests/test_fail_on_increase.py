@@ -320,7 +320,7 @@ def test_six_runs_fail_the_test_that_doubled_and_not_the_one_that_varies_with_it
     for run_index, (varied, doubled) in enumerate(zip(varying, doubling, strict=True)):
         monkeypatch.setenv("VARYING_MIB", str(varied))
         monkeypatch.setenv("DOUBLING_MIB", str(doubled))
-        result = run(pytester, [], "--eagersession-fail-on-increase")
+        result = run(pytester, [], "--eagersession-fail-on-increase", "--eagersession-json=r.json")
         if run_index < 5:
             result.assert_outcomes(passed=2)
             continue
@@ -333,3 +333,10 @@ def test_six_runs_fail_the_test_that_doubled_and_not_the_one_that_varies_with_it
                 "FAILED test_varying.py::test_doubles_in_the_sixth_run*",
             ]
         )
+    # the JSON report carries what each test was compared with: its last runs, oldest first
+    tests = json.loads((pytester.path / "r.json").read_text())["tests"]
+    history = {test["nodeid"].split("::")[1]: test["history"] for test in tests}
+    doubled = [run["peak_bytes"] for run in history["test_doubles_in_the_sixth_run"]]
+    assert doubled == [8 * MIB + SUM] * 5
+    varied = [run["peak_bytes"] for run in history["test_varies_with_its_data"]]
+    assert varied == [int(mib * MIB) // 4 * 4 + SUM for mib in varying[:5]]

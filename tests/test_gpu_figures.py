@@ -7,6 +7,7 @@ GPU whose peak each test drives. Each inner run is a fresh process: the GPUs are
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -39,6 +40,13 @@ FAKE_GPU = """
         def burst(nbytes):
             _STATE["peak"] = max(_STATE["peak"], _STATE["current"] + nbytes)
         return burst
+
+    @pytest.fixture
+    def gpu_keep():
+        def keep(nbytes):
+            _STATE["current"] += nbytes
+            _STATE["peak"] = max(_STATE["peak"], _STATE["current"])
+        return keep
 """
 
 SUITE = """
@@ -87,3 +95,34 @@ def test_gpu_peaks_are_ranked_charted_and_compared_with_the_last_run(
             "last run 8.0 MiB*"
         ]
     )
+
+
+KEEPING_SUITE = """
+    def test_uses_the_gpu_and_gives_it_back(gpu_burst):
+        gpu_burst(128 << 20)
+
+    def test_keeps_gpu_memory(gpu_keep):
+        gpu_keep(64 << 20)
+"""
+
+
+def test_gpu_memory_that_stays_after_a_test_is_listed_and_drawn(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(FAKE_GPU)
+    pytester.makepyfile(test_gpu=KEEPING_SUITE)
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:randomly",
+        "--eagersession-most-retained=2",
+        "--eagersession-plot=memory.svg",
+        "--eagersession-json=report.json",
+    )
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*64.0 MiB  test_gpu.py::test_keeps_gpu_memory"])
+    assert "test_uses_the_gpu_and_gives_it_back" not in result.stdout.str().split("stayed")[-1]
+    tests = json.loads((pytester.path / "report.json").read_text())["tests"]
+    retained = {test["nodeid"].split("::")[1]: test["retained"] for test in tests}
+    assert retained["test_keeps_gpu_memory"]["gpu_bytes"] == {"GPU:0": 64 * MIB}
+    assert retained["test_keeps_gpu_memory"]["gpu_after_bytes"] == {"GPU:0": 164 * MIB}
+    assert retained["test_uses_the_gpu_and_gives_it_back"]["gpu_bytes"] == {"GPU:0": 0}
+    picture = (pytester.path / "memory.svg").read_text(encoding="utf-8")
+    assert ">GPU:0 in use<" in picture

@@ -54,6 +54,10 @@ class PeakCheck:
             return []
         return self._rule.increases(nodeid, before, now)
 
+    def history_of(self, nodeid: str) -> list[dict[str, Any]]:
+        """The peaks of ``nodeid``'s last recorded runs, the oldest first (for the JSON report)."""
+        return [peak.to_json() for peak in self._previous.get(nodeid, ())]
+
     def note(self, report: pytest.TestReport) -> None:
         """Note the peak of a body that passed, from its reports."""
         if report.when == "call" and report.passed:

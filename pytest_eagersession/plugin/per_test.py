@@ -129,6 +129,7 @@ class TestSessions:
         del checks
         if self._peaks is not None:
             failures.extend(self._peaks.failures(item.nodeid, state.measured))
+            state.measured["history"] = self._peaks.history_of(item.nodeid)
         if failures:
             pytest.fail("\n\n".join(failures), pytrace=False)
         return result

@@ -27,16 +27,22 @@ def with_leaks(figures: Mapping[str, Any], leaks: Iterable[Mapping[str, Any]]) -
     return {**figures, "leaked_bytes": leaked, "unexplained_bytes": max(0, in_use - leaked)}
 
 
+def kept_in_use(figures: Mapping[str, Any]) -> int:
+    """What a test kept in use after it: in RAM, and on each GPU that grew."""
+    gpus = figures.get("gpu_bytes") or {}
+    return int(figures["in_use_bytes"]) + sum(max(0, int(grown)) for grown in gpus.values())
+
+
 def most_retained(entries: Iterable[Mapping[str, Any]], count: int) -> list[Mapping[str, Any]]:
-    """The ``count`` entries that kept the most memory in use after them (none that kept less
-    than ``RETAINED_FLOOR``), the most first."""
+    """The ``count`` entries that kept the most memory in use after them, in RAM and on GPUs
+    (none that kept less than ``RETAINED_FLOOR``), the most first."""
     kept = [
         entry
         for entry in entries
         if isinstance(entry.get("retained"), Mapping)
-        and entry["retained"]["in_use_bytes"] >= RETAINED_FLOOR
+        and kept_in_use(entry["retained"]) >= RETAINED_FLOOR
     ]
-    kept.sort(key=lambda entry: (-entry["retained"]["in_use_bytes"], entry["nodeid"]))
+    kept.sort(key=lambda entry: (-kept_in_use(entry["retained"]), entry["nodeid"]))
     return kept[:count]
 
 
