@@ -336,7 +336,8 @@ def test_six_runs_fail_the_test_that_doubled_and_not_the_one_that_varies_with_it
     # the JSON report carries what each test was compared with: its last runs, oldest first
     tests = json.loads((pytester.path / "r.json").read_text())["tests"]
     history = {test["nodeid"].split("::")[1]: test["history"] for test in tests}
+    # (a few bytes beside the tensor may or may not be alive at the peak: a scalar, a handle)
     doubled = [run["peak_bytes"] for run in history["test_doubles_in_the_sixth_run"]]
-    assert doubled == [8 * MIB + SUM] * 5
+    assert doubled == pytest.approx([8 * MIB] * 5, abs=64)
     varied = [run["peak_bytes"] for run in history["test_varies_with_its_data"]]
-    assert varied == [int(mib * MIB) // 4 * 4 + SUM for mib in varying[:5]]
+    assert varied == pytest.approx([int(mib * MIB) for mib in varying[:5]], abs=64)
