@@ -161,32 +161,6 @@ def test_a_frozen_cycle_that_module_state_keeps_is_still_a_leak(
     assert whole_collections == []
 
 
-MODULE_FIXTURE_LEAK_SUITE = """
-    import pytest
-    import tensorflow as tf
-
-    KEPT = []
-
-    @pytest.fixture(scope="module")
-    def published():
-        KEPT.append(tf.ones([4]))  # the module's fixture publishes it, and nothing takes it back
-        return len(KEPT)
-
-    def test_uses_it(published):
-        assert published == 1
-"""
-
-
-def test_a_wider_scope_s_leak_whose_holder_the_walk_finds_costs_no_whole_collection(
-    pytester: pytest.Pytester, whole_collections: list[int]
-) -> None:
-    pytester.makepyfile(test_module_leak=MODULE_FIXTURE_LEAK_SUITE)
-    result = run_inner(pytester, "-p", "no:randomly")
-    result.assert_outcomes(passed=1, errors=1)
-    result.stdout.fnmatch_lines(["*outlived its module scope*", "*held by test_module_leak.KEPT*"])
-    assert whole_collections == []
-
-
 NATIVE_HOLDER_SUITE = """
     import tensorflow as tf
 

@@ -23,7 +23,7 @@ from pytest_eagersession.core.session import EagerSession, SessionOptions
 from pytest_eagersession.core.started_threads import StartedThreads
 from pytest_eagersession.plugin.setting_values import SettingsError
 from pytest_eagersession.plugin.settings import LeakMode, Settings, TestPolicy, policy_for
-from pytest_eagersession.plugin.verdicts import ROUTES_KEY, TestCloseHints, holder_search, judge
+from pytest_eagersession.plugin.verdicts import judge
 from pytest_eagersession.reports.fixture_values import owned_kind
 
 #: The fixture scopes wider than a test, each with a session of its own.
@@ -275,15 +275,10 @@ class ScopeSessions:
         session, policy = entry
         if session.closed:
             return
-        hints = None
-        if item is not None and policy.leaks is not LeakMode.OFF and self._settings.max_leaks != 0:
-            routes = item.config.stash.get(ROUTES_KEY, None)
-            hints = TestCloseHints(None, routes, holder_search(item, self._settings))
-        survivors = session.close(hints=hints)
+        survivors = session.close()
         if policy.leaks is LeakMode.OFF or item is None:
             return
-        leaks = self.unclaimed(survivors)
-        judge(item, scope, session, leaks, policy, self._settings, hints=hints)
+        judge(item, scope, session, self.unclaimed(survivors), policy, self._settings)
 
 
 def _adopt(survivors: Sequence[Any], reach: Reach) -> tuple[list[Any], list[Any]]:

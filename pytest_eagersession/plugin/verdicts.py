@@ -96,8 +96,8 @@ STATE_KEY = pytest.StashKey[ItemState]()
 
 
 class TestCloseHints:
-    """What the plugin knows of the survivors of a test's session (or a wider scope's) as it
-    closes (``survivors.CloseHints``): what the wider scopes take over, and who holds them.
+    """What the plugin knows of a test's survivors as its session closes
+    (``survivors.CloseHints``): what the wider scopes take over, and who holds them.
 
     A leak held the way an earlier one was is found along the run's routes; one held
     elsewhere is looked for by the walk from the roots that its report needs anyway. Either
