@@ -13,6 +13,7 @@ from html import escape
 from typing import Any
 
 from pytest_eagersession.base.sizes import format_bytes
+from pytest_eagersession.reports.retained_memory import mib_text
 
 #: The columns, put after pytest-html's Duration.
 HEADERS = ("Peak", "Stayed in use", "Leaks")
@@ -39,7 +40,7 @@ def row_cells(entry: Mapping[str, Any] | None, cells: list[str]) -> None:
     leaks = entry.get("leaks") or []
     values = (
         format_bytes(peak) if isinstance(peak, int) else "-",
-        f"{retained['in_use_bytes'] / (1 << 20):.1f} MiB" if "in_use_bytes" in retained else "-",
+        mib_text(retained["in_use_bytes"]) if "in_use_bytes" in retained else "-",
         _leaks_cell(leaks),
     )
     for offset, value in enumerate(values):

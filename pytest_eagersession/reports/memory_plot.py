@@ -22,6 +22,8 @@ WIDTH, HEIGHT = 960, 420
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 40, 50
 #: Steps named on the picture: the tests that kept the most memory in use.
 STEPS_NAMED = 5
+#: The name of the resident memory's curve (after a worker's name, under xdist).
+RESIDENT_CURVE = "resident, above the first test's start"
 #: One colour a curve, in turn.
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
 
@@ -39,7 +41,7 @@ def curves_of(entries: Sequence[Mapping[str, Any]]) -> dict[str, list[tuple[int,
         leaked = 0
         for entry in mine:
             figures, order = entry["retained"], int(entry.get("run_order", 0))
-            curves.setdefault(f"{prefix}resident, above the first test's start", []).append(
+            curves.setdefault(f"{prefix}{RESIDENT_CURVE}", []).append(
                 (order, (figures["resident_after_bytes"] - start) / MIB)
             )
             leaked += int(figures.get("leaked_bytes", 0))
@@ -81,13 +83,8 @@ def svg(entries: Sequence[Mapping[str, Any]], title: str = "memory after each te
             f'<text x="{WIDTH - RIGHT - 4}" y="{legend_y}" text-anchor="end" fill="{colour}">'
             f"{escape(name)}</text>"
         )
-    resident = {name: curve for name, curve in curves.items() if "resident" in name}
-    for rank, entry in enumerate(most_retained(entries, STEPS_NAMED)):
-        figures, order = entry["retained"], int(entry.get("run_order", 0))
-        prefix = f"{entry.get('worker')}: " if len(resident) > 1 else ""
-        heights = dict(resident.get(f"{prefix}resident, above the first test's start", []))
-        px, py = x(order), y(heights.get(order, 0.0))
-        label = f"{entry['nodeid']} (+{figures['in_use_bytes'] / MIB:.1f} MiB)"
+    for rank, order, height, label in _named_steps(entries, curves):
+        px, py = x(order), y(height)
         anchor, dx = ("end", -6) if px > WIDTH / 2 else ("start", 6)
         ly = py + 14 * (rank + 1)  # below the curve, one line a step: labels do not overlap
         parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3.5" fill="black"/>')
@@ -111,15 +108,8 @@ def draw_png(entries: Sequence[Mapping[str, Any]], path: str) -> None:
     for index, (name, curve) in enumerate(curves.items()):
         orders, mib = zip(*curve, strict=True) if curve else ((), ())
         axes.plot(orders, mib, label=name, color=COLOURS[index % len(COLOURS)], linewidth=1.5)
-    resident = {name: dict(curve) for name, curve in curves.items() if "resident" in name}
     last = max((order for curve in curves.values() for order, _ in curve), default=0)
-    for rank, entry in enumerate(most_retained(entries, STEPS_NAMED)):
-        order = int(entry.get("run_order", 0))
-        prefix = f"{entry.get('worker')}: " if len(resident) > 1 else ""
-        height = resident.get(f"{prefix}resident, above the first test's start", {}).get(order)
-        if height is None:
-            continue
-        label = f"{entry['nodeid']} (+{entry['retained']['in_use_bytes'] / MIB:.1f} MiB)"
+    for rank, order, height, label in _named_steps(entries, curves):
         axes.plot([order], [height], "o", color="black", markersize=4)
         axes.annotate(
             label,
@@ -135,6 +125,23 @@ def draw_png(entries: Sequence[Mapping[str, Any]], path: str) -> None:
     axes.legend(loc="upper left", fontsize=8)
     figure.tight_layout()
     figure.savefig(path)
+
+
+def _named_steps(
+    entries: Sequence[Mapping[str, Any]], curves: Mapping[str, Sequence[tuple[int, float]]]
+) -> list[tuple[int, int, float, str]]:
+    """``(rank, run order, height, label)`` of each step a picture names: the tests that kept
+    the most, on their resident curve (their worker's, under xdist)."""
+    resident = {name: dict(curve) for name, curve in curves.items() if RESIDENT_CURVE in name}
+    steps = []
+    for rank, entry in enumerate(most_retained(entries, STEPS_NAMED)):
+        order = int(entry.get("run_order", 0))
+        prefix = f"{entry.get('worker')}: " if len(resident) > 1 else ""
+        height = resident.get(f"{prefix}{RESIDENT_CURVE}", {}).get(order)
+        if height is not None:
+            label = f"{entry['nodeid']} (+{entry['retained']['in_use_bytes'] / MIB:.1f} MiB)"
+            steps.append((rank, order, height, label))
+    return steps
 
 
 def _axes(x: Any, y: Any, last: int, bottom: float, top: float) -> str:

@@ -57,13 +57,15 @@ def table_lines(entries: Iterable[Mapping[str, Any]]) -> list[str]:
         gpu = sum((figures.get("gpu_bytes") or {}).values())
         worker = f" [{entry.get('worker')}]" if xdist else ""
         lines.append(
-            f"{_mib(figures['in_use_bytes']):>10} {_mib(figures.get('leaked_bytes', 0)):>10} "
-            f"{_mib(figures.get('unexplained_bytes', 0)):>10} "
-            f"{_mib(max(0, figures['allocator_free_bytes'])):>11} "
-            f"{_mib(gpu) if figures.get('gpu_bytes') else '-':>10}  {entry['nodeid']}{worker}"
+            f"{mib_text(figures['in_use_bytes']):>10} "
+            f"{mib_text(figures.get('leaked_bytes', 0)):>10} "
+            f"{mib_text(figures.get('unexplained_bytes', 0)):>10} "
+            f"{mib_text(max(0, figures['allocator_free_bytes'])):>11} "
+            f"{mib_text(gpu) if figures.get('gpu_bytes') else '-':>10}  {entry['nodeid']}{worker}"
         )
     return lines
 
 
-def _mib(value: int) -> str:
+def mib_text(value: int) -> str:
+    """``value`` bytes in MiB, as the table and pytest-html's column show them."""
     return f"{value / MIB:.1f} MiB"
