@@ -11,6 +11,13 @@ newest and the oldest pair the real-suite gate's plugin-on run follows
 (``benchmarks/realsuite.py --only on``). A pair whose interpreter is missing is skipped with a
 message. Prints a table; exit status 1 if any pair that ran failed, pre-releases aside.
 
+An environment pip could not build for the machine's reason (the package index unreachable or
+cut off mid-download, the disk full: what pip printed says which) is tried three times, half a
+minute and a minute apart, then left out: its row says NOT RUN with pip's words, a closing line
+repeats it, and it does not set the exit status, since it says nothing of the project. Any other
+failure of pip (requirements that conflict, a release with no wheel for that Python) fails the
+pair at once.
+
 Pre-releases: the next TensorFlow's release candidate, with the newest Python it has wheels for
 that is installed here, runs the same test suite as the pairs without the gate (the whole
 suite: it is where private TensorFlow names move; a few minutes at ``-n 2``, like each pair) but
@@ -119,6 +126,9 @@ class Outcome:
     tests: str = "-"
     gate: str = "-"
     failed: bool = False
+    unbuilt: bool = False
+    """Its environment could not be built for the machine's trouble (the index unreachable,
+    the disk full): not run, and not failed."""
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -178,13 +188,64 @@ def environment(pair: Pair, python: str) -> tuple[Path, str]:
     return venv, f"built in {time.perf_counter() - started:.0f} s"
 
 
+#: What pip prints when the machine, not the project, stopped it: the index unreachable or
+#: cut off mid-download, or the disk full. Anything else (a conflict between requirements, a
+#: release that does not exist for that Python) is the project's to mend.
+MACHINE_TROUBLE = re.compile(
+    r"NewConnectionError|ConnectTimeoutError|ReadTimeoutError|Max retries exceeded"
+    r"|Temporary failure in name resolution|Name or service not known|Connection reset"
+    r"|Connection refused|Network is unreachable|ProxyError|SSLError|IncompleteRead"
+    r"|HTTP error 5\d\d|No space left on device|Disk quota exceeded"
+    r"|THESE PACKAGES DO NOT MATCH THE HASHES"
+)
+INSTALL_ATTEMPTS = 3  # for the machine's trouble; a failure of the project's is not retried
+RETRY_PAUSE_SECONDS = 30.0  # before the second attempt; doubled before the third
+
+
+class SetupFailed(Exception):
+    """pip failed to build a pair's environment; ``reason`` is its first error line."""
+
+    def __init__(self, command: Sequence[str], reason: str, *, machine: bool) -> None:
+        super().__init__(f"{' '.join(command)}: {reason}")
+        self.command = list(command)
+        self.reason = reason
+        self.machine = machine
+        """The machine's trouble (:data:`MACHINE_TROUBLE`), not the project's."""
+
+
+def failure_reason(output: str) -> tuple[str, bool]:
+    """pip's own words for why it failed (its first ``ERROR:`` line, else its last line) and
+    whether that was the machine's trouble rather than the project's."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR:")]
+    reason = (errors or lines or ["pip printed nothing"])[0]
+    trouble = MACHINE_TROUBLE.search(output)
+    if trouble is not None and trouble.group(0) not in reason:
+        reason = f"{reason} ({trouble.group(0)})"
+    return reason, trouble is not None
+
+
 def install(log: TextIO, command: list[str]) -> None:
-    """Run a pip command into ``log``; on failure print the log's end and raise."""
-    log.flush()
-    if subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode:
+    """Run a pip command into ``log``; on failure print the log's end and raise
+    :class:`SetupFailed`. The machine's trouble is retried, twice, after a pause."""
+    for attempt in range(1, INSTALL_ATTEMPTS + 1):
         log.flush()
-        print(Path(log.name).read_text(errors="replace")[-3000:], file=sys.stderr)
-        raise subprocess.CalledProcessError(1, command)
+        start = log.tell()
+        if subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode == 0:
+            return
+        log.flush()
+        with open(log.name, errors="replace") as written:
+            written.seek(start)
+            output = written.read()
+        print(output[-3000:], file=sys.stderr)
+        reason, machine = failure_reason(output)
+        if not machine or attempt == INSTALL_ATTEMPTS:
+            raise SetupFailed(command, reason, machine=machine)
+        pause = RETRY_PAUSE_SECONDS * 2 ** (attempt - 1)
+        print(
+            f"(pip failed for the machine's reason, {reason}; again in {pause:.0f} s)", flush=True
+        )
+        time.sleep(pause)
 
 
 def run(venv: Path, command: Sequence[str], log: Path) -> tuple[int, str]:
@@ -271,7 +332,15 @@ def check(
         return outcome
     try:
         venv, outcome.setup = environment(pair, python)
-    except subprocess.CalledProcessError as error:
+    except SetupFailed as error:
+        if error.machine:  # the matrix could not run here; that says nothing of the project
+            outcome.setup = f"not built, the machine's trouble: {error.reason}"
+            outcome.unbuilt = True
+        else:
+            outcome.setup = f"set-up failed: {' '.join(error.command)}: {error.reason}"
+            outcome.failed = True
+        return outcome
+    except subprocess.CalledProcessError as error:  # python -m venv
         outcome.setup = f"set-up failed: {' '.join(map(str, error.cmd))}"
         outcome.failed = True
         return outcome
@@ -309,16 +378,20 @@ def gate_summary(verdict: str) -> str:
 
 
 def result(outcome: Outcome) -> str:
-    """The table's word for a pair: ``ok``, ``FAILED`` or ``skipped``, and a pre-release's
-    allowance to fail."""
+    """The table's word for a pair: ``ok``, ``FAILED``, ``skipped`` or ``NOT RUN``, and a
+    pre-release's allowance to fail."""
     word = "skipped" if outcome.setup.startswith("skipped") else "ok"
+    if outcome.unbuilt:
+        word = "NOT RUN"
     if outcome.failed:
         word = "FAILED"
     return f"{word} (pre-release, allowed to fail)" if outcome.pair.prerelease else word
 
 
 def exit_status(outcomes: Sequence[Outcome]) -> int:
-    """1 if a pair failed, pre-releases aside (they are allowed to fail), else 0."""
+    """1 if a pair failed, pre-releases aside (they are allowed to fail), else 0. A pair the
+    machine could not build (:attr:`Outcome.unbuilt`) did not fail: the table and the closing
+    lines say it did not run."""
     return int(any(o.failed and not o.pair.prerelease for o in outcomes))
 
 
@@ -349,6 +422,12 @@ def markdown(outcomes: Sequence[Outcome]) -> str:
     for o in outcomes:
         if o.notes:
             python, tensorflow, keras, pytest = [*o.notes[0].split(), "?", "?", "?", "?"][:4]
+        elif o.unbuilt:
+            python, tensorflow = (
+                f"{o.pair.python} (not run: the machine's trouble)",
+                o.pair.tensorflow,
+            )
+            keras = pytest = "-"
         else:
             python, tensorflow = f"{o.pair.python} (not installed)", o.pair.tensorflow
             keras = pytest = "-"
@@ -441,6 +520,10 @@ def main(argv: Sequence[str]) -> int:
     for pair in PAIRS:
         if pair.name in options.skip and pair.name not in elsewhere:
             print(f"({pair.name} left out, as --skip asked)")
+    for outcome in outcomes:
+        if outcome.unbuilt:
+            log = VENVS / outcome.pair.name / "setup.txt"
+            print(f"NOT RUN: {outcome.pair.name}, {outcome.setup} (pip's log: {log})")
     return exit_status(outcomes)
 
 

@@ -92,13 +92,110 @@ def test_a_failed_setup_of_the_prerelease_does_not_set_the_exit_status(
     matrix: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     def broken(pair: object, python: str) -> None:
-        raise subprocess.CalledProcessError(1, ["pip", "install", "tensorflow-cpu"])
+        raise matrix.SetupFailed(
+            ["pip", "install", "tensorflow-cpu"], "ERROR: ResolutionImpossible", machine=False
+        )
 
     monkeypatch.setattr(matrix, "interpreter", lambda version: sys.executable)
     monkeypatch.setattr(matrix, "environment", broken)
     assert matrix.main(["--setup-only", "--pair", "py3.13-tf2.22-pre"]) == 0
-    assert "set-up failed: pip install tensorflow-cpu" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "set-up failed: pip install tensorflow-cpu: ERROR: ResolutionImpossible" in shown
     assert matrix.main(["--setup-only", "--pair", "py3.11-tf2.16"]) == 1
+
+
+#: pip's words, cut from real runs: the index out of reach, the disk full, and a conflict.
+OFFLINE = """\
+WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after \
+connection broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection object \
+at 0x7f>: Failed to establish a new connection: [Errno -3] Temporary failure in name \
+resolution')': /simple/matplotlib/
+ERROR: Could not find a version that satisfies the requirement matplotlib>=3.7 (from versions: none)
+ERROR: No matching distribution found for matplotlib>=3.7
+"""
+DISK_FULL = (
+    "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device\n"
+)
+CONFLICT = """\
+ERROR: Cannot install pytest-eagersession[test]==0.1.0 and pytest==7.0 because these package \
+versions have conflicting dependencies.
+ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics/dependency-resolution/
+"""
+
+
+@pytest.mark.parametrize(
+    ("output", "reason", "machine"),
+    [
+        (
+            OFFLINE,
+            "ERROR: Could not find a version that satisfies the requirement matplotlib>=3.7 "
+            "(from versions: none) (NewConnectionError)",
+            True,
+        ),
+        (DISK_FULL, DISK_FULL.strip(), True),
+        (CONFLICT, CONFLICT.splitlines()[0], False),
+        ("", "pip printed nothing", False),
+    ],
+)
+def test_pip_says_whether_the_machine_or_the_project_stopped_it(
+    matrix: ModuleType, output: str, reason: str, machine: bool
+) -> None:
+    assert matrix.failure_reason(output) == (reason, machine)
+
+
+def pip_that_fails(tmp_path: Path, output: str) -> list[str]:
+    """A stand-in for pip that prints ``output``, counts its calls and fails."""
+    script = tmp_path / "pip.py"
+    script.write_text(
+        "import pathlib, sys\n"
+        f"calls = pathlib.Path({str(tmp_path / 'calls')!r})\n"
+        "calls.write_text(str(int(calls.read_text() or 0) + 1) if calls.exists() else '1')\n"
+        f"sys.stdout.write({output!r})\n"
+        "sys.exit(1)\n"
+    )
+    return [sys.executable, str(script)]
+
+
+@pytest.mark.parametrize(("output", "attempts"), [(OFFLINE, 3), (CONFLICT, 1)])
+def test_the_machines_trouble_is_retried_and_the_projects_is_not(
+    matrix: ModuleType,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    output: str,
+    attempts: int,
+) -> None:
+    monkeypatch.setattr(matrix, "RETRY_PAUSE_SECONDS", 0.0)
+    command = pip_that_fails(tmp_path, output)
+    with (tmp_path / "setup.txt").open("w") as log, pytest.raises(matrix.SetupFailed) as failed:
+        matrix.install(log, command)
+    assert (tmp_path / "calls").read_text() == str(attempts)
+    assert failed.value.machine is (output is OFFLINE)
+    assert failed.value.reason == matrix.failure_reason(output)[0]
+    assert (tmp_path / "setup.txt").read_text() == output * attempts  # every attempt kept
+
+
+def test_a_pair_the_machine_could_not_build_is_not_run_and_not_failed(
+    matrix: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def unreachable(pair: object, python: str) -> None:
+        raise matrix.SetupFailed(
+            ["pip", "install"], *matrix.failure_reason(OFFLINE)[:1], machine=True
+        )
+
+    monkeypatch.setattr(matrix, "interpreter", lambda version: sys.executable)
+    monkeypatch.setattr(matrix, "environment", unreachable)
+    assert matrix.main(["--setup-only", "--pair", "py3.12-tf2.21"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    (row,) = [line for line in shown if line.startswith("py3.12-tf2.21 ")]
+    assert "not built, the machine's trouble: ERROR: Could not find a version" in row
+    assert row.endswith("NOT RUN")
+    assert shown[-1].startswith("NOT RUN: py3.12-tf2.21, not built, the machine's trouble: ")
+    outcome = matrix.check(matrix.PAIRS[1], [], gate=True, setup_only=False)
+    assert outcome.unbuilt
+    assert not outcome.failed
+    assert matrix.markdown([outcome]).splitlines()[2] == (
+        "| 3.12 (not run: the machine's trouble) | 2.21 | - | - | - | - |"
+    )
 
 
 def test_an_interpreter_must_really_be_the_version_asked(
