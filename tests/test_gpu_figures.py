@@ -126,3 +126,6 @@ def test_gpu_memory_that_stays_after_a_test_is_listed_and_drawn(pytester: pytest
     assert retained["test_uses_the_gpu_and_gives_it_back"]["gpu_bytes"] == {"GPU:0": 0}
     picture = (pytester.path / "memory.svg").read_text(encoding="utf-8")
     assert ">GPU:0 in use<" in picture
+    # the step is named by what the test kept, on the GPU too (not "+0.0 MiB" of RAM alone)
+    (label,) = [line for line in picture.splitlines() if "test_keeps_gpu_memory (" in line]
+    assert ", GPU:0 +64.0 MiB)<" in label

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from pytest_eagersession.reports.retained_memory import MIB, most_retained
+from pytest_eagersession.reports.retained_memory import MIB, kept_text, most_retained
 
 WIDTH, HEIGHT = 960, 420
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 40, 50
@@ -139,7 +139,7 @@ def _named_steps(
         prefix = f"{entry.get('worker')}: " if len(resident) > 1 else ""
         height = resident.get(f"{prefix}{RESIDENT_CURVE}", {}).get(order)
         if height is not None:
-            label = f"{entry['nodeid']} (+{entry['retained']['in_use_bytes'] / MIB:.1f} MiB)"
+            label = f"{entry['nodeid']} ({kept_text(entry['retained'])})"
             steps.append((rank, order, height, label))
     return steps
 

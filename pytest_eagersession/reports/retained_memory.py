@@ -33,6 +33,14 @@ def kept_in_use(figures: Mapping[str, Any]) -> int:
     return int(figures["in_use_bytes"]) + sum(max(0, int(grown)) for grown in gpus.values())
 
 
+def kept_text(figures: Mapping[str, Any]) -> str:
+    """What :func:`kept_in_use` counts, in words: ``+2.0 MiB``, and each GPU that grew
+    (``+2.0 MiB, GPU:0 +64.0 MiB``)."""
+    gpus = figures.get("gpu_bytes") or {}
+    grown = [f"{name} +{mib_text(int(nbytes))}" for name, nbytes in gpus.items() if nbytes > 0]
+    return ", ".join([f"+{mib_text(int(figures['in_use_bytes']))}", *grown])
+
+
 def most_retained(entries: Iterable[Mapping[str, Any]], count: int) -> list[Mapping[str, Any]]:
     """The ``count`` entries that kept the most memory in use after them, in RAM and on GPUs
     (none that kept less than ``RETAINED_FLOOR``), the most first."""
