@@ -40,19 +40,20 @@ def retained_of(report: dict[str, object], name: str) -> dict[str, int]:
     return figures
 
 
+def run_reporting(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """The inner run in order, with the table of 3, the JSON report and ``args``."""
+    return pytester.runpytest_subprocess(
+        *("-p", "no:randomly", "-p", "no:cacheprovider", "--eagersession-most-retained=3"),
+        "--eagersession-json=report.json",
+        *args,
+    )
+
+
 def test_the_test_that_keeps_memory_heads_the_table_and_the_one_that_gives_it_back_is_absent(
     pytester: pytest.Pytester,
 ) -> None:
     pytester.makepyfile(test_numpy=NUMPY_SUITE)
-    result = pytester.runpytest_subprocess(
-        "-p",
-        "no:randomly",
-        "-p",
-        "no:cacheprovider",
-        "--eagersession-most-retained=3",
-        "--eagersession-plot=pictures/memory.svg",  # the folder is made
-        "--eagersession-json=report.json",
-    )
+    result = run_reporting(pytester, "--eagersession-plot=pictures/memory.svg")  # folder made
     result.assert_outcomes(passed=4)
     lines = result.stdout.lines
     start = next(i for i, line in enumerate(lines) if "after which the most memory" in line)
@@ -156,17 +157,7 @@ def test_under_xdist_each_worker_is_measured_and_the_controller_merges_them(
     pytester: pytest.Pytester,
 ) -> None:
     pytester.makepyfile(test_numpy=NUMPY_SUITE)
-    result = pytester.runpytest_subprocess(
-        "-p",
-        "no:randomly",
-        "-p",
-        "no:cacheprovider",
-        "-n",
-        "2",
-        "--eagersession-most-retained=3",
-        "--eagersession-plot=memory.svg",
-        "--eagersession-json=report.json",
-    )
+    result = run_reporting(pytester, "--eagersession-plot=memory.svg", "-n", "2")
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["*MiB*test_numpy.py::test_keeps_200_mib [[]gw?[]]"])
     report = json.loads((pytester.path / "report.json").read_text(encoding="utf-8"))
