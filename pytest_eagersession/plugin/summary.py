@@ -32,6 +32,24 @@ LEAK_PROPERTY = "eagersession_leak"
 MOST_HOLDERS_SHOWN = 10
 
 
+class _Noted:
+    """A test's outcome so far and the JSON texts its reports carried, parsed only when read:
+    the text is the report's own string (pytest keeps the report), so a run of many tests
+    keeps a few dozen bytes a test here, not the dictionaries of each entry."""
+
+    __slots__ = ("outcome", "texts")
+
+    def __init__(self) -> None:
+        self.outcome = "passed"
+        self.texts: list[str] = []
+
+    def entry(self, nodeid: str) -> dict[str, Any]:
+        entry: dict[str, Any] = {"nodeid": nodeid, "outcome": self.outcome}
+        for text in self.texts:
+            entry.update(json.loads(text))
+        return entry
+
+
 class RunSummary:
     """Each test's outcome and leaks, collected from its reports."""
 
@@ -49,26 +67,35 @@ class RunSummary:
         self._most_memory = most_memory
         self._most_retained = most_retained
         self._plot_path = plot_path
-        self._results: dict[str, dict[str, Any]] = {}
+        self._noted: dict[str, _Noted] = {}
+        self._entries: list[dict[str, Any]] | None = None  # parsed, once the run is over
         self._json_error: str | None = None
         self._plot_error: str | None = None
 
     def note(self, report: pytest.TestReport) -> None:
         """Collect a test's outcome and leak data from one of its reports."""
-        entry = self._results.setdefault(
-            report.nodeid, {"nodeid": report.nodeid, "outcome": "passed"}
-        )
+        noted = self._noted.get(report.nodeid)
+        if noted is None:
+            noted = self._noted[report.nodeid] = _Noted()
         if report.failed:
-            entry["outcome"] = "failed" if report.when == "call" else "error"
-        elif report.skipped and entry["outcome"] == "passed":
-            entry["outcome"] = "skipped"
+            noted.outcome = "failed" if report.when == "call" else "error"
+        elif report.skipped and noted.outcome == "passed":
+            noted.outcome = "skipped"
         for name, value in report.user_properties:
             if name == PROPERTY and isinstance(value, str):
-                entry.update(json.loads(value))
+                noted.texts.append(value)
+        self._entries = None
 
     def entry(self, nodeid: str) -> dict[str, Any] | None:
         """What the reports of ``nodeid`` said so far (its entry of the JSON report)."""
-        return self._results.get(nodeid)
+        noted = self._noted.get(nodeid)
+        return None if noted is None else noted.entry(nodeid)
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every test's entry of the JSON report, in the order the tests were first noted."""
+        if self._entries is None:
+            self._entries = [noted.entry(nodeid) for nodeid, noted in self._noted.items()]
+        return self._entries
 
     def write_terminal(self, terminalreporter: Any) -> None:
         """List the tests that leaked, with counts and bytes."""
@@ -83,7 +110,7 @@ class RunSummary:
         self._summarize_retention(terminalreporter)
         self._summarize_memory(terminalreporter)
         self._summarize_retained(terminalreporter)
-        leaky = [entry for entry in self._results.values() if entry.get("leaks")]
+        leaky = [entry for entry in self.entries() if entry.get("leaks")]
         if not leaky:
             return
         terminalreporter.section("eagersession: leaked TensorFlow objects")
@@ -107,9 +134,7 @@ class RunSummary:
         """The tests whose bodies peaked highest in tracked bytes (``most_memory``)."""
         if self._most_memory <= 0:
             return
-        measured = [
-            entry for entry in self._results.values() if isinstance(entry.get("peak_bytes"), int)
-        ]
+        measured = [entry for entry in self.entries() if isinstance(entry.get("peak_bytes"), int)]
         measured.sort(key=lambda entry: (-entry["peak_bytes"], entry["nodeid"]))
         shown = measured[: self._most_memory]
         terminalreporter.section(
@@ -130,10 +155,10 @@ class RunSummary:
         """The tests after which the most memory stayed in use (``most_retained``)."""
         if self._most_retained <= 0:
             return
-        shown = most_retained(self._results.values(), self._most_retained)
+        shown = most_retained(self.entries(), self._most_retained)
         terminalreporter.section("eagersession: the tests after which the most memory stayed")
         if not shown:
-            measured = any("retained" in entry for entry in self._results.values())
+            measured = any("retained" in entry for entry in self.entries())
             terminalreporter.write_line(
                 f"no test left {format_bytes(RETAINED_FLOOR)} or more in use behind it"
                 if measured
@@ -151,7 +176,7 @@ class RunSummary:
     def _summarize_retention(self, terminalreporter: Any) -> None:
         released = kept = 0
         tests = []
-        for entry in self._results.values():
+        for entry in self.entries():
             retention = entry.get("retention") or {}
             if retention.get("released") or retention.get("kept"):
                 released += len(retention.get("released", []))
@@ -176,7 +201,7 @@ class RunSummary:
             return
         try:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            entries = list(self._results.values())
+            entries = self.entries()
             if path.lower().endswith(".png"):
                 draw_png(entries, path)
             else:
@@ -193,7 +218,7 @@ class RunSummary:
         if path is None or hasattr(self._config, "workerinput"):
             return
         try:
-            tests = list(self._results.values())
+            tests = self.entries()
             write_json(path, tests, holders=holders_of_run(tests))
         except (OSError, ValueError) as error:
             # Checked when the options were parsed, so rare (a full disk, a folder removed
