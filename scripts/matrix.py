@@ -218,7 +218,9 @@ def failure_reason(output: str) -> tuple[str, bool]:
     whether that was the machine's trouble rather than the project's."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("ERROR:")]
-    reason = (errors or lines or ["pip printed nothing"])[0]
+    # Without an ERROR line, the last: pip's first lines here are its warnings about this
+    # machine's index locations, which say nothing of the failure.
+    reason = errors[0] if errors else (lines or ["pip printed nothing"])[-1]
     trouble = MACHINE_TROUBLE.search(output)
     if trouble is not None and trouble.group(0) not in reason:
         reason = f"{reason} ({trouble.group(0)})"

@@ -135,6 +135,11 @@ ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics
         (DISK_FULL, DISK_FULL.strip(), True),
         (CONFLICT, CONFLICT.splitlines()[0], False),
         ("", "pip printed nothing", False),
+        (
+            "WARNING: Location 'file:///opt/pypi-more/simple/cffi/' is ignored\nKilled\n",
+            "Killed",
+            False,
+        ),
     ],
 )
 def test_pip_says_whether_the_machine_or_the_project_stopped_it(
