@@ -399,11 +399,21 @@ def exit_status(outcomes: Sequence[Outcome]) -> int:
 
 def table(outcomes: Sequence[Outcome]) -> str:
     rows = [
-        ("pair", "installed (Python, TF, Keras, pytest)", "environment", "tests", "gate", "result")
+        (
+            "pair",
+            "installed (Python, TF, Keras, pytest)",
+            "environment",
+            "tests",
+            "gate",
+            "took",
+            "result",
+        )
     ]
     for o in outcomes:
         installed = o.notes[0] if o.notes else "-"
-        rows.append((o.pair.name, installed, o.setup, o.tests, gate_summary(o.gate), result(o)))
+        took = f"{o.seconds / 60:.1f} min" if o.seconds else "-"
+        cells = (o.pair.name, installed, o.setup, o.tests, gate_summary(o.gate), took, result(o))
+        rows.append(cells)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()

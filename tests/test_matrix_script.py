@@ -316,3 +316,14 @@ def test_a_pairs_suite_runs_this_trees_tests_but_the_distributions(matrix: Modul
     assert f"--ignore={root / 'tests' / 'test_distributions.py'}" in command
     assert (root / "tests" / "test_distributions.py").exists()
     assert command[-3:] == [str(root / "tests"), "-k", "plugin"]
+
+
+def test_the_table_says_how_long_each_pair_took(matrix: ModuleType) -> None:
+    outcomes = [
+        matrix.Outcome(matrix.PAIRS[0], setup="cached", tests="3 passed", seconds=270.0),
+        matrix.Outcome(matrix.PAIRS[1], setup="skipped: python3.12 is not installed"),
+    ]
+    header, ran, skipped = matrix.table(outcomes).splitlines()
+    took = header.index("took")
+    assert ran[took:].startswith("4.5 min")
+    assert skipped[took:].startswith("-")
