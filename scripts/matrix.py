@@ -303,8 +303,10 @@ def versions(venv: Path) -> str:
 
 
 #: Test modules the pairs leave to the main pass of ./scripts/test: building and checking the
-#: distributions (half a minute a pair) gives the same files whatever Python runs the build.
-MAIN_PASS_ONLY = ("test_distributions.py",)
+#: distributions (half a minute a pair) gives the same files whatever Python runs the build;
+#: the benchmarks' own tooling (the gate's steps, side by side: a quarter of a minute a pair)
+#: is the same script on every pair, and the pairs that run the gate run it whole.
+MAIN_PASS_ONLY = ("test_distributions.py", "test_realsuite_profile.py")
 
 
 def suite_command(workers: Sequence[str], pytest_args: Sequence[str]) -> list[str]:
