@@ -45,7 +45,7 @@ def test_the_cleaner_thread_runs_with_short_slices() -> None:
     with EagerSession.options().resource_cleanup_strategy("in_background").build() as session:
         cleaner = session.cleaner
         assert cleaner is not None
-        for _ in range(1000):  # the thread asks as it starts
+        for _ in range(1000):  # the thread asks at its first look (after the quiet start)
             if cleaner.prompt_wakeups:
                 break
             threading.Event().wait(0.001)

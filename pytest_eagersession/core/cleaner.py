@@ -19,8 +19,8 @@ benchmarks measure (``docs/strategies.md``, "What the cleaner thread does"):
    wake reads the process's resident memory (``resident``) and lists only if it grew, or at
    every ``QUIET_SKIPS + 1``-th wake.
 4. **A duty cap.** Listing takes at most one part in ``LOOK_DUTY`` of the thread's time.
-5. **Short slices.** The thread asks Linux for short time slices (``wakeups``), and its
-   starter for the one call that starts it.
+5. **Short slices.** The thread asks Linux for short time slices (``wakeups``) at its first
+   look, and its starter for the one call that starts it.
 """
 
 from __future__ import annotations
@@ -131,7 +131,8 @@ class Cleaner:
         self._untimed = False  # whether the thread waits now with no timeout
         self._restart = False  # a wake asked for while its wait was timed
         self.prompt_wakeups = False
-        """Whether the kernel accepted the thread's request for short slices (``wakeups``)."""
+        """Whether the kernel accepted the thread's request for short slices (``wakeups``),
+        made at its first look."""
         self.thread = threading.Thread(
             target=self._run, name=f"eagersession-cleaner-{id(owner):x}", daemon=True
         )
@@ -142,7 +143,7 @@ class Cleaner:
         """Start the thread, unless it started already or was asked to stop."""
         if self._started:  # read without the lock: the new thread may hold it a while
             return
-        with self._lock:  # held through the start: the new thread waits for it, not we for it
+        with self._lock:  # held through the start; the new thread's first wait does not take it
             if self._started or self._stopped:
                 return
             self._started = True
@@ -191,25 +192,21 @@ class Cleaner:
         self.request_stop()
         self.join()
 
-    def _watching(self, first: bool) -> bool:
-        """Whether the thread's next wait is timed: its session owns new objects (or it has
-        just started: a session is most often activated as soon as it is built)."""
-        return first or (TRACKER.is_innermost(self._owner) and tensorflow_ready())
+    def _watching(self) -> bool:
+        """Whether the thread's next wait is timed: its session owns new objects. (Its first
+        wait always is: a session is most often activated as soon as it is built.)"""
+        return TRACKER.is_innermost(self._owner) and tensorflow_ready()
 
     def _run(self) -> None:
-        self.prompt_wakeups = ask_for_prompt_wakeups()
         references = self._references
         garbage = references.garbage_queue
         pace = self._pace
-        first = True
+        # The first wait is the quiet start, timed, and its pace is fresh: it needs neither the
+        # lock (which ``start()`` may still hold) nor a restart a wake asked for meanwhile (left
+        # to the next wait). Most tests end during it, and each step the new thread takes before
+        # it waits makes the test's thread wait for the interpreter (see ``start()``).
+        watching, asked = True, False
         while True:
-            with self._lock:  # a wake that comes after this sees which wait this is
-                watching = self._watching(first) and not self._stopped
-                self._untimed = not watching
-                restart, self._restart = self._restart, False
-            if restart:
-                pace.restart()
-            first = False
             try:
                 item = garbage.get(timeout=pace.wait) if watching else garbage.get()
             except queue.Empty:
@@ -218,11 +215,12 @@ class Cleaner:
                 return
             if self._stopped:  # until the STOP: what is still registered is the close's
                 item = None
-                continue
-            if item is WAKE:
+            elif item is WAKE:
                 pace.restart()
             elif item is _TIMED_OUT:
-                if self._watching(first=False):
+                if not asked:  # at the first look: most threads end before they look
+                    asked, self.prompt_wakeups = True, ask_for_prompt_wakeups()
+                if self._watching():
                     pace.wake()
             else:
                 failures: list[str] = []
@@ -233,3 +231,9 @@ class Cleaner:
                 # this thread, and the count in stats() already records it.
                 with contextlib.suppress(Exception):
                     report_failures(failures)
+            with self._lock:  # a wake that comes after this sees which wait this is
+                watching = self._watching() and not self._stopped
+                self._untimed = not watching
+                restart, self._restart = self._restart, False
+            if restart:
+                pace.restart()
