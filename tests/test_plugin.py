@@ -840,6 +840,12 @@ def test_json_report(pytester: pytest.Pytester) -> None:
         "test_json.py::test_tracked",
         "test_json.py::test_clean",
     ]
+    # one line per test, and per holder: grep finds a test's entry whole
+    lines = out.read_text().splitlines()
+    for nodeid, entry in tests.items():
+        (line,) = [line for line in lines if f'"nodeid": "{nodeid}"' in line]
+        assert json.loads(line.strip().rstrip(",")) == entry
+    assert len(lines) == 2 + len(tests) + 2 + len(json.loads(out.read_text())["holders"]) + 2
     for entry in tests.values():
         assert set(entry) == {
             "nodeid",
