@@ -14,12 +14,17 @@ from support import CHAIN_BUDGET, INNER_RUN, run_inner
 pytestmark = pytest.mark.cleanup(leaks="off")
 
 
-def both_ways(pytester: pytest.Pytester, *args: str, **outcomes: int) -> pytest.RunResult:
-    """Run the suite with the plugin off, then on; both must give ``outcomes``."""
+def without_plugin(pytester: pytest.Pytester, *args: str, **outcomes: int) -> None:
+    """Run the suite with the plugin off (its options dropped); it must give ``outcomes``."""
     plain = [arg for arg in args if not arg.startswith("--eagersession")]
     pytester.runpytest_inprocess(*INNER_RUN, "-p", "no:eagersession", *plain).assert_outcomes(
         **outcomes
     )
+
+
+def both_ways(pytester: pytest.Pytester, *args: str, **outcomes: int) -> pytest.RunResult:
+    """Run the suite with the plugin off, then on; both must give ``outcomes``."""
+    without_plugin(pytester, *args, **outcomes)
     result = run_inner(pytester, *args)
     result.assert_outcomes(**outcomes)
     return result
@@ -99,8 +104,7 @@ def test_tf_test_case_patterns(pytester: pytest.Pytester) -> None:
         """
     )
     # tf.test.TestCase's deprecated test_session() is collected, and skips itself
-    without = pytester.runpytest_inprocess(*INNER_RUN, "-p", "no:eagersession")
-    without.assert_outcomes(passed=7, skipped=1)
+    without_plugin(pytester, passed=7, skipped=1)  # once: it is the same run for each strategy
     for strategy in ("in_background", "on_safe_points", "on_session_close"):
         result = run_inner(pytester, f"--eagersession-strategy={strategy}")
         result.assert_outcomes(passed=7, skipped=1)
