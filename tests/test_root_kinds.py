@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import sys
+import threading
 import types
 
 import pytest
@@ -107,12 +108,67 @@ def test_frames_and_pytest_are_named() -> None:
     frame = sys._getframe()
     thread = Root("thread prefetcher: frame of run (t.py:3)", frame, "frame")
     assert describe_root(thread, [frame], "x") == (
-        "a local variable of the running thread 'prefetcher'"
+        "a local variable of the running thread 'prefetcher'; stop it and join it before the "
+        "test ends, or in its fixture's teardown"
     )
     running = Root("frame of test_x (t.py:3)", frame, "frame")
     assert describe_root(running, [frame], "x") == "a local variable of a function still running"
     cleanup = Root("pytest's config.add_cleanup callbacks", [], "framework")
     assert describe_root(cleanup, [[]], "x") == "pytest's state: kept until the end of the run"
+
+
+def test_a_chain_through_a_running_threads_object_names_the_thread() -> None:
+    stop = threading.Event()
+    loader = threading.Thread(target=stop.wait, name="loader", daemon=True)
+    loader.start()
+    try:
+        root = Root("threading", threading, "module")
+        chain = [threading, threading._active, loader, stop.wait]
+        said = describe_root(root, chain, "threading._active (dict)")
+    finally:
+        stop.set()
+        loader.join()
+    assert said == (
+        "the thread 'loader', still running: its Thread object keeps its target and arguments "
+        "until it ends; stop it and join it before the test ends, or in its fixture's teardown"
+    )
+    other = describe_root(root, [threading, {}], "threading.REGISTRY (dict)")
+    assert "thread" not in other  # another of the module's globals is module state
+
+
+LEFT_RUNNING_SUITE = """
+    import threading
+    import tensorflow as tf
+
+    STOP = threading.Event()
+
+    class Loader:
+        def __init__(self):
+            self.batch = tf.constant([1.0, 2.0])
+
+        def run(self):
+            STOP.wait(60)
+
+    def test_starts_a_loader_and_leaves_it_running():
+        threading.Thread(target=Loader().run, name="loader", daemon=True).start()
+
+    def test_stops_it():
+        STOP.set()
+"""
+
+
+def test_a_thread_left_running_is_named_in_the_report(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_left=LEFT_RUNNING_SUITE)
+    result = run_inner(pytester)  # in file order: the second test stops the thread
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*held by threading._active (dict) -> [[]*[]] (Thread)._target (method) -> "
+            "__self__ (Loader).batch -> EagerTensor",
+            "*holder: the thread 'loader', still running: *; stop it and join it before the "
+            "test ends*",
+        ]
+    )
 
 
 LIBRARY_SUITE = """

@@ -12,6 +12,7 @@ import functools
 import importlib.metadata
 import os
 import sys
+import threading
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -26,6 +27,8 @@ _FRAMEWORKS = {
     "tensorboard": "TensorBoard's",
 }
 _THREAD = "thread "
+#: How to clear what a running thread holds: the thread's own code decides when it lets go.
+_STOP_THREAD = "; stop it and join it before the test ends, or in its fixture's teardown"
 
 
 def describe_root(root: Root, chain: Sequence[Any], first_link: str) -> str:
@@ -45,8 +48,14 @@ def describe_root(root: Root, chain: Sequence[Any], first_link: str) -> str:
     if root.kind == "frame":
         if root.name.startswith(_THREAD):
             thread = root.name[len(_THREAD) :].split(": ", 1)[0]
-            return f"a local variable of the running thread {thread!r}"
+            return f"a local variable of the running thread {thread!r}{_STOP_THREAD}"
         return "a local variable of a function still running"
+    running = _running_thread(root, chain)
+    if running is not None:
+        return (
+            f"the thread {running.name!r}, still running: its Thread object keeps its target "
+            f"and arguments until it ends{_STOP_THREAD}"
+        )
     module = owning_module(root, chain)
     name = module.__name__ if module is not None else root.name
     held = chain[1] if len(chain) > 1 else None
@@ -88,6 +97,17 @@ def library_state(root: Root, chain: Sequence[Any]) -> bool:
     which later code may still use, rather than in the user's own modules."""
     module = owning_module(root, chain)
     return module is not None and _installed(getattr(module, "__file__", None) or "")
+
+
+def _running_thread(root: Root, chain: Sequence[Any]) -> threading.Thread | None:
+    """The thread a chain from ``threading``'s own registry of running threads goes through
+    (``threading._active (dict) -> [ident] (Thread)._target ...``), or None for any other chain.
+    Such a chain is not module state anyone clears: the thread keeps its target, arguments and
+    attributes until it ends."""
+    if root.obj is not threading or len(chain) < 3:
+        return None
+    thread = chain[2]
+    return thread if isinstance(thread, threading.Thread) else None
 
 
 def _clear_hint(where: str, held: object) -> str:
