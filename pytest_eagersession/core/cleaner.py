@@ -43,7 +43,8 @@ from pytest_eagersession.core.wakeups import ask_for_prompt_wakeups, run_promptl
 CLEANER_JOIN_TIMEOUT_S = 5.0
 #: The shortest and the longest wait between two looks: the shortest while the bytes grow (a
 #: loop makes a 16 MiB tensor every 0.7 ms), the longest once they are quiet (what a quiet
-#: thread costs the code's ops: one hand-over of the interpreter each wake).
+#: thread costs the code's ops: one hand-over of the interpreter each wake; and how long a loop
+#: that starts after a quiet stretch runs unseen: 64 ms let the 16 MiB loop reach 134 MiB).
 LOOK_INTERVAL_S = (0.0005, 0.016)
 #: Seconds without growth after which the waits between looks double towards the longest.
 QUIET_S = 0.05
