@@ -123,7 +123,7 @@ class Cleaner:
     """
 
     def __init__(self, owner: Owner, references: ReferenceRegistry, watch: GarbageWatch) -> None:
-        self._owner = owner
+        self._owner = weakref.ref(owner)  # weakly: see ``GarbageWatch``; the session holds this
         self._references = references
         self._pace = Pace(watch)
         self._lock = threading.Lock()
@@ -196,7 +196,8 @@ class Cleaner:
     def _watching(self) -> bool:
         """Whether the thread's next wait is timed: its session owns new objects. (Its first
         wait always is: a session is most often activated as soon as it is built.)"""
-        return TRACKER.is_innermost(self._owner) and tensorflow_ready()
+        owner = self._owner()
+        return owner is not None and TRACKER.is_innermost(owner) and tensorflow_ready()
 
     def _run(self) -> None:
         references = self._references

@@ -53,7 +53,9 @@ class GarbageWatch:
     """
 
     def __init__(self, owner: Owner, threshold: int = CYCLE_BYTES_THRESHOLD) -> None:
-        self._owner = owner
+        # Weakly: the session holds its watch, and a cycle between them would leave a closed
+        # session (its thread's locks and events with it) to the collector.
+        self._owner = weakref.ref(owner)
         self.threshold = threshold
         self._least = 0  # nothing is made since a line just drawn
         self._last = 0
@@ -117,7 +119,8 @@ class GarbageWatch:
             grown = total - self._last
             least = min(self._least, total)
             due = total - least >= self._step
-        if due and TRACKER.collect_new(self._owner) is not None:
+        owner = self._owner()
+        if due and owner is not None and TRACKER.collect_new(owner) is not None:
             with self._lock:  # counted before the bytes are listed again, which takes a while
                 self._collections += 1
             before, total = total, self._bytes() or 0
@@ -146,7 +149,9 @@ class GarbageWatch:
         look cost most of the looks' time.
         """
         middle_key, oldest_key = _generation_keys()
-        owner, types = self._owner, self._types
+        owner, types = self._owner(), self._types
+        if owner is None:
+            return None
         if oldest_key is not None and oldest_key == self._older_key:
             if middle_key == self._middle_key:
                 young = TRACKER.new_weakly(owner, types, (0,))

@@ -42,13 +42,16 @@ class ReferenceRegistry:
     def __init__(
         self,
         garbage_queue: GarbageQueue | None = None,
-        on_register: Callable[[], object] | None = None,
+        on_register: Callable[[], object] | None = None,  # a bound method: held weakly
     ) -> None:
         self.garbage_queue: GarbageQueue = (
             garbage_queue if garbage_queue is not None else queue.SimpleQueue()
         )
         """The queue dying referents put their references in."""
-        self._on_register = on_register
+        # Weakly: the registry's session holds it, and a cycle between them would leave every
+        # closed session, with its thread's locks and events, to the collector (which a plugin
+        # run, keeping the heap frozen between tests, runs seldom).
+        self._on_register = weakref.WeakMethod(on_register) if on_register is not None else None
         self._discarded = False
         self._references: dict[int, NativeReference] = {}
         self._lock = threading.Lock()
@@ -68,8 +71,9 @@ class ReferenceRegistry:
                 raise SessionClosedError()
             self._references[id(reference)] = reference
             self._peak = max(self._peak, len(self._references))
-        if self._on_register is not None:
-            self._on_register()
+        on_register = self._on_register() if self._on_register is not None else None
+        if on_register is not None:
+            on_register()
 
     def holds(self, reference: NativeReference) -> bool:
         """Whether ``reference`` is registered here (not deleted, not cleared)."""
