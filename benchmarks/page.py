@@ -11,15 +11,17 @@ from typing import Any
 
 
 def all_cycle_cells(results: dict[str, Any]) -> dict[str, Any]:
-    """The grid's cells and missed targets with those of the loops after a quiet stretch (a
-    page written before those ran has the grid alone)."""
+    """The grid's cells, then those of the loops after a quiet stretch (a page written before
+    those ran has the grid alone), each with the words its row adds (``after``: empty for the
+    grid's), and every missed target, named the same way."""
     grid, quiet = results["cycles"], results.get("cycles_after_quiet")
-    if quiet is None:
-        return dict(grid)
-    return {
-        "cells": [*grid["cells"], *quiet["cells"]],
-        "missed": [*grid["missed"], *(f"after quiet, {m}" for m in quiet["missed"])],
-    }
+    cells = [{**cell, "after": ""} for cell in grid["cells"]]
+    missed = list(grid["missed"])
+    if quiet is not None:
+        after = f"after {quiet['quiet_before_s']:g} s quiet"
+        cells += [{**cell, "after": after} for cell in quiet["cells"]]
+        missed += [f"{after}, {target}" for target in quiet["missed"]]
+    return {"cells": cells, "missed": missed, "repeat": grid["repeat"]}
 
 
 def cycles_met(cycles: dict[str, Any]) -> str:
@@ -29,10 +31,9 @@ def cycles_met(cycles: dict[str, Any]) -> str:
     return f"{met} of {len(cells)}"
 
 
-def cycles_section(cycles: dict[str, Any], after_quiet: dict[str, Any] | None) -> list[str]:
-    """The cycle grid: each cell's peaks, the loop time against no session, the targets; then
-    the cells whose loop starts after a quiet stretch (``after_quiet``, where it ran)."""
-    cells = cycles["cells"]
+def cycles_section(cycles: dict[str, Any]) -> list[str]:
+    """The cycle grid (``all_cycle_cells``): each cell's peaks, the loop time against no
+    session, the targets, the cells whose loop starts after a quiet stretch last."""
     lines = [
         "## Reference cycles, by loop shape (`benchmarks/cycles_sweep.py`)",
         "",
@@ -59,22 +60,20 @@ def cycles_section(cycles: dict[str, Any], after_quiet: dict[str, Any] | None) -
             text += f", {run['seconds'] / none:.2f}x time"
         return text
 
-    quiet_cells = after_quiet["cells"] if after_quiet else []
-    quiet_s = after_quiet.get("quiet_before_s", 0) if after_quiet else 0
-    for cell in [*cells, *quiet_cells]:
+    for cell in cycles["cells"]:
         met = cell["met"]
         verdict = (
             "met"
             if all(met.values())
             else "missed: " + ", ".join(name for name, ok in met.items() if not ok)
         )
-        after = f", after {quiet_s:g} s quiet" if cell in quiet_cells else ""
+        after = f", {cell['after']}" if cell["after"] else ""
         lines.append(
             f"| {cell['lists']}, {cell['size_mib']} MiB, {cell['iterations']}{after} "
             f"| {figure(cell, 'none')} | {figure(cell, 'on_session_close')} "
             f"| {figure(cell, 'in_background')} | {figure(cell, 'on_safe_points')} | {verdict} |"
         )
-    missed = [*cycles["missed"], *(after_quiet["missed"] if after_quiet else [])]
+    missed = cycles["missed"]
     lines += [
         "",
         "Targets: `ON_SAFE_POINTS` at most max(1/4 of no session, 48 MiB); `IN_BACKGROUND` at "
@@ -112,12 +111,8 @@ def render(results: dict[str, Any]) -> str:
     per_op = overhead["per_op_overhead"]
     open_close = overhead["open_close"]
     grid = all_cycle_cells(results)
-    quiet = results.get("cycles_after_quiet")
-    quiet_shapes = (
-        f", {len(quiet['cells'])} of them after {quiet['quiet_before_s']:g} s quiet"
-        if quiet
-        else ""
-    )
+    quiet = [cell["after"] for cell in grid["cells"] if cell["after"]]
+    quiet_shapes = f", {len(quiet)} of them {quiet[0]}" if quiet else ""
 
     def verdict(ok: bool) -> str:
         return "met" if ok else "missed"
@@ -215,7 +210,7 @@ def render(results: dict[str, Any]) -> str:
             f"| {result['peak_live_outputs']:.0f} |"
         )
     lines.append("")
-    lines += cycles_section(results["cycles"], results.get("cycles_after_quiet"))
+    lines += cycles_section(grid)
     lines += realsuite_section(results.get("realsuite"))
     lines += [
         "## GPU",
