@@ -90,7 +90,8 @@ def loop(
     if session_name != "none":
         session = EagerSession.options().resource_cleanup_strategy(session_name).build()
         session.activate()
-    time.sleep(quiet_before)  # nothing grows meanwhile: the thread backs off (a fixed span)
+    if quiet_before:  # nothing grows meanwhile: the thread backs off (a fixed span)
+        time.sleep(quiet_before)
     base = resident()
     exact = reset_high_water_mark()
     base_peak = high_water_mark()
